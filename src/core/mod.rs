@@ -8,3 +8,6 @@ pub mod autoid;
 pub mod document;
 pub mod path;
 pub mod value;
+pub mod encoding;
+pub mod index;
+pub mod mutation;

@@ -1,0 +1,1 @@
+//! Compact binary document encoding (to be written).

@@ -1,0 +1,3 @@
+//! Byte encodings: the compact document encoding and the order-preserving key encoding.
+
+pub mod document;

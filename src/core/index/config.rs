@@ -1,0 +1,1 @@
+//! The `firestore.indexes.json` format (to be written).

@@ -1,0 +1,3 @@
+//! Index definitions, the `firestore.indexes.json` format, and index entries.
+
+pub mod config;

@@ -1,0 +1,1 @@
+//! Mutations (to be written).
