@@ -183,7 +183,7 @@ impl NumberKey {
         })
     }
 
-    pub fn cmp(&self, other: &NumberKey) -> Ordering {
+    pub fn cmp_key(&self, other: &NumberKey) -> Ordering {
         self.base
             .total_cmp(&other.base)
             .then(self.rest.cmp(&other.rest))
@@ -261,7 +261,7 @@ impl Value {
                 (None, None) => Ordering::Equal,
                 (None, Some(_)) => Ordering::Less,
                 (Some(_), None) => Ordering::Greater,
-                (Some(a), Some(b)) => a.cmp(&b),
+                (Some(a), Some(b)) => a.cmp_key(&b),
             },
         }
     }
