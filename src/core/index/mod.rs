@@ -1,3 +1,5 @@
 //! Index definitions, the `firestore.indexes.json` format, and index entries.
 
 pub mod config;
+pub mod def;
+pub mod keys;

@@ -1,0 +1,5 @@
+//! Queries: the model, validation, normalization, the matcher, planning and execution.
+
+pub mod model;
+pub mod normalize;
+pub mod validate;
