@@ -189,7 +189,7 @@ impl IndexCatalog {
 
     pub fn from_file(file: &IndexFile) -> IndexCatalog {
         let mut composites: Vec<IndexDef> = file.indexes.iter().map(IndexDef::from_spec).collect();
-        composites.sort_by(|a, b| a.canonical().cmp(&b.canonical()));
+        composites.sort_by_key(IndexDef::canonical);
         composites.dedup();
         let mut overrides: HashMap<String, Vec<FieldOverrideSpec>> = HashMap::new();
         for o in &file.field_overrides {

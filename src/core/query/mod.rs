@@ -2,4 +2,5 @@
 
 pub mod model;
 pub mod normalize;
+pub mod matcher;
 pub mod validate;

@@ -190,6 +190,9 @@ fn check_operator_mix(filter: &Filter) -> Result<(), QueryError> {
             "you cannot use more than one 'array-contains-any' filter",
         ));
     }
+    if contains > 1 {
+        return Err(invalid("you cannot use more than one 'array-contains' filter"));
+    }
     if any > 0 && contains > 0 {
         return Err(invalid(
             "you cannot use 'array-contains-any' filters with 'array-contains' filters",
