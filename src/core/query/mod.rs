@@ -2,5 +2,6 @@
 
 pub mod model;
 pub mod normalize;
+pub mod plan;
 pub mod matcher;
 pub mod validate;
