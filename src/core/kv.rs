@@ -145,3 +145,35 @@ impl KvRead for MemStore {
         Ok(rows)
     }
 }
+
+impl MemStore {
+    /// Replaces the document `name` with `new` (or deletes it), keeping the index table exactly
+    /// consistent. Returns the index entries removed and added.
+    pub fn write_document(
+        &mut self,
+        catalog: &crate::core::index::def::IndexCatalog,
+        name: &crate::core::path::DocumentName,
+        new: Option<&crate::core::document::Document>,
+    ) -> Result<crate::core::index::keys::IndexDiff, crate::core::document::DocumentError> {
+        use crate::core::encoding::document::{decode_document, encode_document};
+        use crate::core::index::keys::{document_key, index_diff};
+        let key = document_key(name);
+        let encoded = new.map(encode_document).transpose()?;
+        let old = self
+            .documents
+            .get(&key)
+            .map(|b| decode_document(b).expect("the memory store holds only documents it encoded"));
+        let diff = index_diff(catalog, old.as_ref(), new);
+        for k in &diff.deletes {
+            self.index.remove(k);
+        }
+        for k in &diff.inserts {
+            self.index.insert(k.clone(), Vec::new());
+        }
+        match encoded {
+            Some(bytes) => self.documents.insert(key, bytes),
+            None => self.documents.remove(&key),
+        };
+        Ok(diff)
+    }
+}

@@ -3,4 +3,5 @@
 mod doc_encoding;
 mod index_config;
 mod mutations;
+mod seed_instruments;
 mod strategies;

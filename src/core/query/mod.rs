@@ -3,5 +3,6 @@
 pub mod model;
 pub mod normalize;
 pub mod plan;
+pub mod execute;
 pub mod matcher;
 pub mod validate;
