@@ -6,3 +6,4 @@ pub mod plan;
 pub mod execute;
 pub mod matcher;
 pub mod validate;
+pub mod view;
