@@ -34,6 +34,8 @@ pub enum DocumentError {
     EmptyFieldName { parent: String },
     #[error("field name is {len} bytes, over the limit of {MAX_FIELD_NAME_BYTES} bytes")]
     FieldNameTooLong { len: usize },
+    #[error("field name `{name}` is reserved: names of the form __.*__ are not allowed")]
+    ReservedFieldName { name: String },
     #[error("field `{field}` holds an array directly inside an array, which is not allowed")]
     NestedArray { field: String },
 }
@@ -103,6 +105,9 @@ pub fn validate_fields(fields: &Map) -> Result<(), DocumentError> {
             }
             if k.len() > MAX_FIELD_NAME_BYTES {
                 return Err(DocumentError::FieldNameTooLong { len: k.len() });
+            }
+            if k.len() >= 4 && k.starts_with("__") && k.ends_with("__") {
+                return Err(DocumentError::ReservedFieldName { name: k.clone() });
             }
             field.push(k.clone());
             walk(v, field, depth, false)?;
