@@ -37,7 +37,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let catalog = IndexCatalog::from_file(&parse_index_file(INDEXES)?);
     let col = CollectionPath::parse("instruments")?;
     let mut store = MemStore::new();
-    let (exchanges, kinds, shards) = (["EXCHG1", "EXCHG2", "EXCHG3"], ["commonstock", "etf", "bond"], ["x", "y", "z"]);
+    let (exchanges, kinds, shards) = (
+        ["EXCHG1", "EXCHG2", "EXCHG3"],
+        ["commonstock", "etf", "bond"],
+        ["x", "y", "z"],
+    );
     let start = std::time::Instant::now();
     for i in 0..n {
         let mut m = Map::new();
@@ -45,25 +49,45 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.insert("exchange".into(), exchanges[i % 3].into());
         m.insert("instrumentType".into(), kinds[(i / 3) % 3].into());
         m.insert("shard".into(), shards[(i * 7) % 3].into());
-        m.insert("timestamp".into(), Value::Timestamp(Timestamp::from_millis(1_546_350_323_000 + i as i64)?));
+        m.insert(
+            "timestamp".into(),
+            Value::Timestamp(Timestamp::from_millis(1_546_350_323_000 + i as i64)?),
+        );
         let name = col.doc(&hearth::auto_id())?;
         store.write_document(&catalog, &name, Some(&Document::new(name.clone(), m)))?;
     }
-    println!("loaded {n} documents ({} index entries) in {:?}", store.index.len(), start.elapsed());
+    println!(
+        "loaded {n} documents ({} index entries) in {:?}",
+        store.index.len(),
+        start.elapsed()
+    );
     let queries = [
-        ("sharded exchange", Query::collection(col.clone())
-            .where_("shard", Operator::In, Value::Array(vec!["x".into(), "y".into(), "z".into()]))
-            .where_("exchange", Operator::Equal, "EXCHG1")
-            .order_by("timestamp", Descending)
-            .limit(5)),
-        ("two equalities (zig-zag)", Query::collection(col.clone())
-            .where_("exchange", Operator::Equal, "EXCHG2")
-            .where_("instrumentType", Operator::Equal, "etf")
-            .limit(5)),
-        ("needs an index", Query::collection(col.clone())
-            .where_("exchange", Operator::Equal, "EXCHG1")
-            .order_by("symbol", Descending)
-            .limit(5)),
+        (
+            "sharded exchange",
+            Query::collection(col.clone())
+                .where_(
+                    "shard",
+                    Operator::In,
+                    Value::Array(vec!["x".into(), "y".into(), "z".into()]),
+                )
+                .where_("exchange", Operator::Equal, "EXCHG1")
+                .order_by("timestamp", Descending)
+                .limit(5),
+        ),
+        (
+            "two equalities (zig-zag)",
+            Query::collection(col.clone())
+                .where_("exchange", Operator::Equal, "EXCHG2")
+                .where_("instrumentType", Operator::Equal, "etf")
+                .limit(5),
+        ),
+        (
+            "needs an index",
+            Query::collection(col.clone())
+                .where_("exchange", Operator::Equal, "EXCHG1")
+                .order_by("symbol", Descending)
+                .limit(5),
+        ),
     ];
     for (title, q) in queries {
         println!("\n== {title}");

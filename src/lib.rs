@@ -55,7 +55,10 @@ mod tidy {
             "eprintln!",
         ];
         let mut files = Vec::new();
-        rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core"), &mut files);
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core"),
+            &mut files,
+        );
         assert!(files.len() > 10, "the core was found");
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();

@@ -26,9 +26,13 @@ pub struct Document {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DocumentError {
-    #[error("document is {size} bytes encoded, over the limit of {MAX_DOCUMENT_BYTES} bytes (1 MiB)")]
+    #[error(
+        "document is {size} bytes encoded, over the limit of {MAX_DOCUMENT_BYTES} bytes (1 MiB)"
+    )]
     TooLarge { size: usize },
-    #[error("field `{field}` nests maps and arrays {depth} levels deep, over the limit of {MAX_DEPTH}")]
+    #[error(
+        "field `{field}` nests maps and arrays {depth} levels deep, over the limit of {MAX_DEPTH}"
+    )]
     TooDeep { field: String, depth: usize },
     #[error("a field name is empty (in `{parent}`)")]
     EmptyFieldName { parent: String },
@@ -73,7 +77,12 @@ pub fn get_path<'a>(map: &'a Map, segments: &[String]) -> Option<&'a Value> {
 /// Checks field names, nesting depth and nested arrays. Size is checked where the document is
 /// encoded (see `encoding::document`), since that is where the size is known.
 pub fn validate_fields(fields: &Map) -> Result<(), DocumentError> {
-    fn walk(v: &Value, field: &mut Vec<String>, depth: usize, in_array: bool) -> Result<(), DocumentError> {
+    fn walk(
+        v: &Value,
+        field: &mut Vec<String>,
+        depth: usize,
+        in_array: bool,
+    ) -> Result<(), DocumentError> {
         if depth > MAX_DEPTH {
             return Err(DocumentError::TooDeep {
                 field: field.join("."),

@@ -140,7 +140,9 @@ impl KvRead for MemStore {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         } else {
-            iter.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+            iter.take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
         };
         Ok(rows)
     }

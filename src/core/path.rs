@@ -179,7 +179,9 @@ impl CollectionPath {
 
     /// The collection id: the last segment, which is also the collection group.
     pub fn id(&self) -> &str {
-        self.segments.last().expect("a collection path has segments")
+        self.segments
+            .last()
+            .expect("a collection path has segments")
     }
 
     /// The document with `id` in this collection.

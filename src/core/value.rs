@@ -84,15 +84,15 @@ impl Timestamp {
 
     /// Milliseconds since the epoch (may be negative).
     pub fn from_millis(millis: i64) -> Result<Timestamp, TimestampRangeError> {
-        Timestamp::new(
-            millis.div_euclid(1000),
-            millis.rem_euclid(1000) * 1_000_000,
-        )
+        Timestamp::new(millis.div_euclid(1000), millis.rem_euclid(1000) * 1_000_000)
     }
 
     /// Microseconds since the epoch: the timestamp's full precision.
     pub fn from_micros(micros: i64) -> Result<Timestamp, TimestampRangeError> {
-        Timestamp::new(micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000) * 1000)
+        Timestamp::new(
+            micros.div_euclid(1_000_000),
+            micros.rem_euclid(1_000_000) * 1000,
+        )
     }
 
     pub fn seconds(&self) -> i64 {

@@ -40,7 +40,15 @@ fn sharded_catalog() -> IndexCatalog {
     IndexCatalog::from_file(&file)
 }
 
-fn instrument(symbol: &str, currency: &str, micros: i64, exchange: &str, kind: &str, iso_ms: i64, shard: Option<&str>) -> Map {
+fn instrument(
+    symbol: &str,
+    currency: &str,
+    micros: i64,
+    exchange: &str,
+    kind: &str,
+    iso_ms: i64,
+    shard: Option<&str>,
+) -> Map {
     let mut price = Map::new();
     price.insert("currency".into(), currency.into());
     price.insert("micros".into(), micros.into());
@@ -64,9 +72,33 @@ const T0: i64 = 1_546_350_323_000;
 
 fn load(catalog: &IndexCatalog, shards: [Option<&str>; 3]) -> MemStore {
     let data = [
-        instrument("AAA", "USD", 34_790_000, "EXCHG1", "commonstock", T0 + 10, shards[0]),
-        instrument("BBB", "JPY", 64_272_000_000, "EXCHG2", "commonstock", T0 + 101, shards[1]),
-        instrument("Index1 ETF", "USD", 473_000_000, "EXCHG1", "etf", T0 + 1, shards[2]),
+        instrument(
+            "AAA",
+            "USD",
+            34_790_000,
+            "EXCHG1",
+            "commonstock",
+            T0 + 10,
+            shards[0],
+        ),
+        instrument(
+            "BBB",
+            "JPY",
+            64_272_000_000,
+            "EXCHG2",
+            "commonstock",
+            T0 + 101,
+            shards[1],
+        ),
+        instrument(
+            "Index1 ETF",
+            "USD",
+            473_000_000,
+            "EXCHG1",
+            "etf",
+            T0 + 1,
+            shards[2],
+        ),
     ];
     let col = CollectionPath::parse("instruments").unwrap();
     let mut store = MemStore::new();
@@ -100,7 +132,11 @@ fn the_three_queries_return_the_seed_results() {
     let store = load(&catalog, [None; 3]);
     let run = |q: Query| symbols(&block_on_ready(run_query(&store, &catalog, &q)).unwrap());
     assert_eq!(
-        run(create_query("instrumentType", Operator::Equal, "commonstock")),
+        run(create_query(
+            "instrumentType",
+            Operator::Equal,
+            "commonstock"
+        )),
         ["BBB", "AAA"]
     );
     assert_eq!(
@@ -146,7 +182,10 @@ fn the_sharded_query_is_one_query() {
     assert_eq!(symbols(&docs), ["AAA", "Index1 ETF"]);
     let p = plan(&catalog, &validate(&q).unwrap()).unwrap().to_string();
     assert!(p.contains("merge 3 branches"), "{p}");
-    for kind in [("instrumentType", "commonstock", vec!["BBB", "AAA"]), ("price.currency", "USD", vec!["AAA", "Index1 ETF"])] {
+    for kind in [
+        ("instrumentType", "commonstock", vec!["BBB", "AAA"]),
+        ("price.currency", "USD", vec!["AAA", "Index1 ETF"]),
+    ] {
         let q = Query::collection(CollectionPath::parse("instruments").unwrap())
             .where_("shard", Operator::In, shards.clone())
             .where_(kind.0, Operator::Equal, kind.1)

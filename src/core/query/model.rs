@@ -72,7 +72,10 @@ impl Operator {
 
     /// Operators whose operand is a list.
     pub fn takes_list(self) -> bool {
-        matches!(self, Operator::In | Operator::NotIn | Operator::ArrayContainsAny)
+        matches!(
+            self,
+            Operator::In | Operator::NotIn | Operator::ArrayContainsAny
+        )
     }
 }
 

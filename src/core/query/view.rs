@@ -240,7 +240,11 @@ mod tests {
         let u = v.apply(&doc("z", 10).name, Some(&doc("z", 10)));
         assert!(!u.needs_refill);
         assert_eq!(ids(&v), ["z", "a"]);
-        let kinds: Vec<_> = u.changes.iter().map(|c| (c.kind, c.doc.name.id().to_owned())).collect();
+        let kinds: Vec<_> = u
+            .changes
+            .iter()
+            .map(|c| (c.kind, c.doc.name.id().to_owned()))
+            .collect();
         assert_eq!(
             kinds,
             [
