@@ -2,6 +2,8 @@
 //! [`core`]; the WebAssembly client and the native relay are glue around it.
 
 pub mod core;
+#[cfg(feature = "relay")]
+pub mod relay;
 
 /// A fresh auto id from the operating system's (or the browser's) random source.
 pub fn auto_id() -> String {

@@ -6,10 +6,11 @@
 
 pub mod autoid;
 pub mod document;
-pub mod path;
-pub mod query;
-pub mod value;
 pub mod encoding;
 pub mod index;
 pub mod kv;
 pub mod mutation;
+pub mod path;
+pub mod protocol;
+pub mod query;
+pub mod value;

@@ -1,0 +1,2 @@
+//! hearth-bench (to be written).
+fn main() {}

@@ -1,0 +1,1 @@
+//! The native Rust client of the relay protocol (to be written).

@@ -1,0 +1,586 @@
+//! HTTP routes and one WebSocket connection: handshake, request dispatch, the writer task
+//! with heartbeats, and the drain on shutdown.
+//!
+//! Architecture invariant: nothing a client sends can panic the relay or disturb another
+//! connection: undecodable or oversized frames end only their own connection, with a typed
+//! error first.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+use super::auth::AuthContext;
+use super::commit::{WriteError, WriteRequest};
+use super::fanout::{Outbound, Start};
+use super::store::valid_database_name;
+use super::{Database, Relay};
+use crate::core::kv::block_on_ready;
+use crate::core::protocol::codec::{decode_client, encode_server};
+use crate::core::protocol::{ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, PROTOCOL_VERSION};
+use crate::core::query::execute::{fetch, run_aggregation};
+use crate::core::query::validate::{validate, QueryError};
+
+#[derive(Clone)]
+struct AppState {
+    relay: Arc<Relay>,
+    stop: watch::Receiver<bool>,
+    slots: Arc<Semaphore>,
+}
+
+/// The relay's routes: `/healthz`, `/metrics`, `/v1/ws`.
+pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>) -> Router {
+    let slots = Arc::new(Semaphore::new(relay.config.max_connections));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/ws", get(upgrade))
+        .with_state(AppState { relay, stop, slots })
+}
+
+async fn healthz(State(s): State<AppState>) -> Response {
+    if s.relay.ready.load(Ordering::Acquire) && !*s.stop.borrow() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        s.relay.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn upgrade(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let Ok(permit) = s.slots.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
+    };
+    ws.max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
+        .on_upgrade(move |socket| async move {
+            let relay = s.relay.clone();
+            relay.metrics.connection_opened();
+            Connection::serve(relay.clone(), socket, s.stop.clone(), peer).await;
+            relay.metrics.connection_closed();
+            drop(permit);
+        })
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn error(request_id: u64, target_id: u32, code: ErrorCode, message: impl Into<String>) -> ServerMessage {
+    ServerMessage::Error {
+        request_id,
+        target_id,
+        code,
+        message: message.into(),
+    }
+}
+
+fn query_error_code(e: &QueryError) -> ErrorCode {
+    ErrorCode::parse(e.code()).unwrap_or(ErrorCode::Internal)
+}
+
+struct Connection {
+    relay: Arc<Relay>,
+    id: u64,
+    db: Arc<Database>,
+    client_id: String,
+    auth: AuthContext,
+    out: Outbound,
+    /// In-flight write acknowledgements, awaited before the socket closes on shutdown.
+    writes: tokio::task::JoinSet<()>,
+}
+
+impl Connection {
+    async fn serve(relay: Arc<Relay>, socket: WebSocket, mut stop: watch::Receiver<bool>, peer: SocketAddr) {
+        let (mut sink, mut stream) = socket.split();
+        // Handshake: the first frame must be a Hello, within ten seconds.
+        let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
+        let hello = match first {
+            Ok(Some(Ok(Message::Binary(b)))) => decode_client(&b),
+            _ => return,
+        };
+        let reject = |code, msg: String| Bytes::from(encode_server(&error(0, 0, code, msg)));
+        let (database, client_id, token) = match hello {
+            Ok(ClientMessage::Hello {
+                protocol_version,
+                database,
+                client_id,
+                token,
+            }) => {
+                if protocol_version != PROTOCOL_VERSION {
+                    let msg = format!("protocol version {protocol_version} is not supported; this relay speaks {PROTOCOL_VERSION}");
+                    let _ = sink.send(Message::Binary(reject(ErrorCode::FailedPrecondition, msg))).await;
+                    let _ = sink.close().await;
+                    return;
+                }
+                (database, client_id, token)
+            }
+            Ok(_) => {
+                let _ = sink
+                    .send(Message::Binary(reject(ErrorCode::FailedPrecondition, "the first message must be a Hello".into())))
+                    .await;
+                let _ = sink.close().await;
+                return;
+            }
+            Err(e) => {
+                relay.metrics.protocol_error("malformed");
+                let _ = sink
+                    .send(Message::Binary(reject(ErrorCode::InvalidArgument, format!("malformed frame: {e}"))))
+                    .await;
+                let _ = sink.close().await;
+                return;
+            }
+        };
+        if !valid_database_name(&database) || client_id.is_empty() || client_id.len() > 256 {
+            let msg = format!("invalid database name `{database}` or client id: a database name is 1 to 64 of [A-Za-z0-9_-], a client id 1 to 256 bytes");
+            let _ = sink.send(Message::Binary(reject(ErrorCode::InvalidArgument, msg))).await;
+            let _ = sink.close().await;
+            return;
+        }
+        let auth = match relay.auth.verify(&token, now_unix()) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = sink.send(Message::Binary(reject(ErrorCode::Unauthenticated, e.to_string()))).await;
+                let _ = sink.close().await;
+                return;
+            }
+        };
+        let db = match relay.database(&database) {
+            Ok(db) => db,
+            Err(e) => {
+                let _ = sink.send(Message::Binary(reject(ErrorCode::Unavailable, e.to_string()))).await;
+                let _ = sink.close().await;
+                return;
+            }
+        };
+        let id = relay.next_connection_id();
+        let (out, rx) = Outbound::new(id, relay.config.max_outbound_bytes);
+        let welcome = ServerMessage::Welcome {
+            protocol_version: PROTOCOL_VERSION,
+            version: db.fanout.published.load(Ordering::Acquire),
+            indexes: db.catalog.read().expect("catalog lock").file().clone(),
+            heartbeat_ms: relay.config.heartbeat.as_millis() as u32,
+        };
+        out.send_message(&welcome);
+        tracing::debug!(conn = id, %peer, database = %database, "connection open");
+        let (closing_tx, closing_rx) = watch::channel(false);
+        let writer = tokio::spawn(writer(sink, rx, out.clone(), db.clone(), relay.clone(), closing_rx));
+        let mut conn = Connection {
+            relay: relay.clone(),
+            id,
+            db: db.clone(),
+            client_id,
+            auth,
+            out: out.clone(),
+            writes: tokio::task::JoinSet::new(),
+        };
+        loop {
+            tokio::select! {
+                msg = stream.next() => {
+                    match msg {
+                        Some(Ok(Message::Binary(b))) => {
+                            if !conn.handle(&b).await {
+                                break;
+                            }
+                        }
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                        Some(Ok(Message::Text(_))) => {
+                            relay.metrics.protocol_error("text_frame");
+                            out.send_message(&error(0, 0, ErrorCode::InvalidArgument, "text frames are not part of the protocol: send binary frames"));
+                            break;
+                        }
+                        Some(Ok(Message::Close(_))) | None => break,
+                        Some(Err(e)) => {
+                            relay.metrics.protocol_error("transport");
+                            out.send_message(&error(0, 0, ErrorCode::InvalidArgument, format!("bad frame: {e}")));
+                            break;
+                        }
+                    }
+                }
+                _ = stop.changed() => break,
+            }
+            if out.is_overflowed() {
+                break;
+            }
+        }
+        // Drain: acknowledge every write already submitted, then close.
+        while conn.writes.join_next().await.is_some() {}
+        let n = db.fanout.drop_connection(id);
+        for _ in 0..n {
+            relay.metrics.listen_stopped(&db.name);
+        }
+        let _ = closing_tx.send(true);
+        let _ = writer.await;
+        tracing::debug!(conn = id, "connection closed");
+    }
+
+    fn send(&self, m: &ServerMessage) {
+        self.out.send_message(m);
+    }
+
+    /// Handles one frame; false ends the connection.
+    async fn handle(&mut self, frame: &[u8]) -> bool {
+        let msg = match decode_client(frame) {
+            Ok(m) => m,
+            Err(e) => {
+                self.relay.metrics.protocol_error("malformed");
+                self.send(&error(0, 0, e.code(), format!("malformed frame: {e}")));
+                return false;
+            }
+        };
+        let (request_id, target_id) = match &msg {
+            ClientMessage::Get { request_id, .. }
+            | ClientMessage::RunQuery { request_id, .. }
+            | ClientMessage::RunAggregation { request_id, .. }
+            | ClientMessage::Write { request_id, .. } => (*request_id, 0),
+            ClientMessage::Listen { target_id, .. } => (0, *target_id),
+            _ => (0, 0),
+        };
+        if !matches!(msg, ClientMessage::Auth { .. } | ClientMessage::Ping { .. }) {
+            if let Some(exp) = self.auth.expires_at {
+                if now_unix() >= exp {
+                    self.send(&error(request_id, target_id, ErrorCode::Unauthenticated, format!("auth token expired at {exp} (unix seconds): refresh it with an Auth message")));
+                    return true;
+                }
+            }
+        }
+        match msg {
+            ClientMessage::Hello { .. } => {
+                self.send(&error(0, 0, ErrorCode::FailedPrecondition, "Hello may only be the first message"));
+            }
+            ClientMessage::Auth { token } => match self.relay.auth.verify(&token, now_unix()) {
+                Ok(a) => self.auth = a,
+                Err(e) => self.send(&error(0, 0, ErrorCode::Unauthenticated, e.to_string())),
+            },
+            ClientMessage::Ping { nonce } => {
+                let version = self.db.fanout.published.load(Ordering::Acquire);
+                self.send(&ServerMessage::Heartbeat { version, nonce });
+            }
+            ClientMessage::Get { request_id, names } => {
+                let reply = self.get(request_id, names);
+                self.send(&reply);
+            }
+            ClientMessage::RunQuery { request_id, query } => {
+                let reply = match self.query_with_auto_index(&query).await {
+                    Ok((documents, version)) => ServerMessage::QueryResult {
+                        request_id,
+                        version,
+                        documents,
+                    },
+                    Err(e) => error(request_id, 0, query_error_code(&e), e.to_string()),
+                };
+                self.send(&reply);
+            }
+            ClientMessage::RunAggregation {
+                request_id,
+                query,
+                aggregations,
+            } => {
+                let mut attempt = 0;
+                let reply = loop {
+                    match self.aggregate(&query, &aggregations) {
+                        Ok((values, version)) => {
+                            break ServerMessage::AggregationResult {
+                                request_id,
+                                version,
+                                values,
+                            }
+                        }
+                        Err(e) => {
+                            attempt += 1;
+                            if attempt < 2 && self.relay.auto_index(&self.db, &e).await {
+                                continue;
+                            }
+                            break error(request_id, 0, query_error_code(&e), e.to_string());
+                        }
+                    }
+                };
+                self.send(&reply);
+            }
+            ClientMessage::Write {
+                request_id,
+                batch_id,
+                mutations,
+                reads,
+            } => self.write(request_id, batch_id, mutations, reads),
+            ClientMessage::Listen {
+                target_id,
+                query,
+                resume_version,
+            } => {
+                let mut attempt = 0;
+                loop {
+                    match self.listen(target_id, &query, resume_version) {
+                        Ok(()) => {
+                            self.relay.metrics.listen_started(&self.db.name);
+                            break;
+                        }
+                        Err(e) => {
+                            attempt += 1;
+                            if attempt < 2 && self.relay.auto_index(&self.db, &e).await {
+                                continue;
+                            }
+                            self.send(&error(0, target_id, query_error_code(&e), e.to_string()));
+                            break;
+                        }
+                    }
+                }
+            }
+            ClientMessage::Unlisten { target_id } => {
+                if self.db.fanout.unlisten(self.id, target_id) {
+                    self.relay.metrics.listen_stopped(&self.db.name);
+                }
+            }
+        }
+        true
+    }
+
+    fn get(&self, request_id: u64, names: Vec<crate::core::path::DocumentName>) -> ServerMessage {
+        let result = (|| -> Result<ServerMessage, String> {
+            let snap = self.relay.store.snapshot().map_err(|e| e.to_string())?;
+            let view = snap.database(&self.db.name);
+            let version = view.version().map_err(|e| e.to_string())?;
+            let mut documents = Vec::with_capacity(names.len());
+            for n in names {
+                let d = block_on_ready(fetch(&view, &n)).map_err(|e| e.to_string())?;
+                documents.push((n, d));
+            }
+            Ok(ServerMessage::GetResult {
+                request_id,
+                version,
+                documents,
+            })
+        })();
+        result.unwrap_or_else(|e| error(request_id, 0, ErrorCode::Unavailable, e))
+    }
+
+    async fn query_with_auto_index(
+        &self,
+        query: &crate::core::query::model::Query,
+    ) -> Result<(Vec<crate::core::document::Document>, u64), QueryError> {
+        let q = validate(query)?;
+        match self.relay.query_latest(&self.db, &q) {
+            Err(e) if self.relay.auto_index(&self.db, &e).await => {
+                self.relay.query_latest(&self.db, &q)
+            }
+            other => other,
+        }
+    }
+
+    fn aggregate(
+        &self,
+        query: &crate::core::query::model::Query,
+        aggs: &[crate::core::query::model::Aggregation],
+    ) -> Result<(Vec<crate::core::value::Value>, u64), QueryError> {
+        let storage = |e: super::store::StoreError| QueryError::Storage(crate::core::kv::KvError(e.to_string()));
+        let snap = self.relay.store.snapshot().map_err(storage)?;
+        let view = snap.database(&self.db.name);
+        let version = view.version().map_err(storage)?;
+        let catalog = self.db.catalog.read().expect("catalog lock").clone();
+        let values = block_on_ready(run_aggregation(&view, &catalog, query, aggs))?;
+        Ok((values, version))
+    }
+
+    fn write(
+        &mut self,
+        request_id: u64,
+        batch_id: u64,
+        mutations: Vec<crate::core::mutation::Mutation>,
+        reads: Vec<(crate::core::path::DocumentName, Option<u64>)>,
+    ) {
+        for m in &mutations {
+            if let Err(e) = m.validate() {
+                let e = WriteError::from(e);
+                self.send(&error(request_id, 0, e.code, e.message));
+                return;
+            }
+        }
+        if mutations.is_empty() && reads.is_empty() {
+            let version = self.db.fanout.published.load(Ordering::Acquire);
+            self.send(&ServerMessage::WriteResult {
+                request_id,
+                batch_id,
+                version,
+            });
+            return;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let req = WriteRequest {
+            client_id: self.client_id.clone(),
+            batch_id,
+            mutations,
+            reads,
+            reply: tx,
+            enqueued: Instant::now(),
+        };
+        if self.relay.committer.submit(&self.db.name, req).is_err() {
+            self.send(&error(
+                request_id,
+                0,
+                ErrorCode::ResourceExhausted,
+                format!(
+                    "too many writes in flight for database `{}` (limit {}); retry with backoff",
+                    self.db.name, self.relay.config.max_inflight_writes
+                ),
+            ));
+            return;
+        }
+        let out = self.out.clone();
+        let metrics = self.relay.metrics.clone();
+        let started = Instant::now();
+        self.writes.spawn(async move {
+            let reply = match rx.await {
+                Ok(Ok(version)) => ServerMessage::WriteResult {
+                    request_id,
+                    batch_id,
+                    version,
+                },
+                Ok(Err(e)) => error(request_id, 0, e.code, e.message),
+                Err(_) => error(request_id, 0, ErrorCode::Unavailable, "the relay is shutting down"),
+            };
+            metrics.commit_latency(started.elapsed().as_secs_f64());
+            out.send_message(&reply);
+        });
+        // Reap finished acknowledgements so the set stays small.
+        while self.writes.try_join_next().is_some() {}
+    }
+
+    fn listen(
+        &self,
+        target_id: u32,
+        query: &crate::core::query::model::Query,
+        resume: Option<u64>,
+    ) -> Result<(), QueryError> {
+        let q = validate(query)?;
+        let relay = self.relay.clone();
+        let db = self.db.clone();
+        let store = self.relay.store.clone();
+        let name = self.db.name.clone();
+        self.db.fanout.listen(
+            &self.out,
+            target_id,
+            q,
+            |q| relay.query_latest(&db, q),
+            move |at| match resume {
+                None => Start::Fresh,
+                Some(r) => {
+                    let changed = store.snapshot().ok().and_then(|snap| {
+                        let view = snap.database(&name);
+                        if r >= at {
+                            return Some(Vec::new());
+                        }
+                        let oldest = view.oldest_change().ok()??;
+                        if oldest > r + 1 {
+                            return None;
+                        }
+                        let mut names: Vec<_> = view
+                            .changes_since(r)
+                            .ok()?
+                            .into_iter()
+                            .filter(|(v, _)| *v <= at)
+                            .map(|(_, n)| n)
+                            .collect();
+                        names.sort();
+                        names.dedup();
+                        Some(names)
+                    });
+                    Start::Resume(changed)
+                }
+            },
+        )
+    }
+}
+
+/// Sends queued frames, heartbeats when idle, and closes the socket when asked or when the
+/// connection overflowed.
+async fn writer(
+    mut sink: futures_util::stream::SplitSink<WebSocket, Message>,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    out: Outbound,
+    db: Arc<Database>,
+    relay: Arc<Relay>,
+    mut closing: watch::Receiver<bool>,
+) {
+    let heartbeat = relay.config.heartbeat;
+    let mut tick = tokio::time::interval(heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_sent = Instant::now();
+    loop {
+        if out.is_overflowed() {
+            relay.metrics.slow_consumer_dropped();
+            let msg = encode_server(&error(
+                0,
+                0,
+                ErrorCode::ResourceExhausted,
+                "slow consumer: too many undelivered changes; reconnect and resume from your last snapshot version",
+            ));
+            let _ = sink.send(Message::Binary(Bytes::from(msg))).await;
+            break;
+        }
+        tokio::select! {
+            frame = rx.recv() => {
+                let Some(frame) = frame else { break };
+                let len = frame.len();
+                let res = sink.send(Message::Binary(frame)).await;
+                out.sent(len);
+                if res.is_err() {
+                    break;
+                }
+                last_sent = Instant::now();
+            }
+            _ = tick.tick() => {
+                if last_sent.elapsed() >= heartbeat {
+                    let version = db.fanout.published.load(Ordering::Acquire);
+                    let hb = encode_server(&ServerMessage::Heartbeat { version, nonce: 0 });
+                    if sink.send(Message::Binary(Bytes::from(hb))).await.is_err() {
+                        break;
+                    }
+                    last_sent = Instant::now();
+                }
+            }
+            _ = closing.changed() => {
+                // Flush what is queued, then close.
+                while let Ok(frame) = rx.try_recv() {
+                    let len = frame.len();
+                    if sink.send(Message::Binary(frame)).await.is_err() {
+                        break;
+                    }
+                    out.sent(len);
+                }
+                break;
+            }
+        }
+    }
+    let _ = sink
+        .send(Message::Close(Some(CloseFrame {
+            code: 1000,
+            reason: "closing".into(),
+        })))
+        .await;
+    let _ = sink.close().await;
+}

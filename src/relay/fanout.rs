@@ -1,0 +1,342 @@
+//! Real-time fan-out: listened queries, grouped by identical query, kept current by the
+//! committed changes, with deltas pushed to every subscriber's outbound queue.
+//!
+//! Identical queries (same database, same encoded query) share one [`View`], so a change is
+//! matched once and its frame encoded once however many clients listen; each subscriber's
+//! frame differs only in its target id. After the deltas of a round of commits, every
+//! affected connection gets one `Snapshot{version}`: the point at which all its targets are
+//! consistent.
+//!
+//! Architecture invariant: frames for one connection are queued under the database's fan-out
+//! lock, so a target's initial result always precedes its deltas, and deltas follow commit
+//! order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::commit::Committed;
+use crate::core::document::Document;
+use crate::core::protocol::codec::{encode_query, encode_server};
+use crate::core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
+use crate::core::query::model::Query;
+use crate::core::query::validate::QueryError;
+use crate::core::query::view::{ChangeType, DocChange, View};
+
+/// A connection's outbound queue, bounded in bytes: past the bound the connection is marked
+/// overflowed and its writer drops it (the client resumes from its last snapshot).
+#[derive(Clone)]
+pub struct Outbound {
+    pub conn: u64,
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: Arc<AtomicUsize>,
+    overflowed: Arc<AtomicBool>,
+    max_bytes: usize,
+}
+
+impl Outbound {
+    pub fn new(conn: u64, max_bytes: usize) -> (Outbound, mpsc::UnboundedReceiver<Bytes>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Outbound {
+                conn,
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+                overflowed: Arc::new(AtomicBool::new(false)),
+                max_bytes,
+            },
+            rx,
+        )
+    }
+
+    /// Queues a frame; false when the connection is gone or overflowed.
+    pub fn send(&self, frame: Bytes) -> bool {
+        if self.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let len = frame.len();
+        if self.queued.fetch_add(len, Ordering::Relaxed) + len > self.max_bytes {
+            self.overflowed.store(true, Ordering::Relaxed);
+            return false;
+        }
+        self.tx.send(frame).is_ok()
+    }
+
+    pub fn send_message(&self, m: &ServerMessage) -> bool {
+        self.send(Bytes::from(encode_server(m)))
+    }
+
+    /// The writer took a frame of `len` bytes off the queue.
+    pub fn sent(&self, len: usize) {
+        self.queued.fetch_sub(len, Ordering::Relaxed);
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    pub fn is_overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Relaxed)
+    }
+}
+
+struct Subscriber {
+    target_id: u32,
+    out: Outbound,
+}
+
+struct Group {
+    view: View,
+    /// The version the view reflects.
+    version: u64,
+    subscribers: Vec<Subscriber>,
+}
+
+/// Runs a query against the latest committed state: (documents, version).
+pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryError>;
+
+#[derive(Default)]
+struct Inner {
+    groups: HashMap<Vec<u8>, Group>,
+    by_target: HashMap<(u64, u32), Vec<u8>>,
+    /// Connections owed a `Snapshot` once the published version reaches the given version
+    /// (a target whose initial read saw commits not yet published).
+    pending: Vec<(Outbound, u64)>,
+}
+
+/// The fan-out of one database.
+#[derive(Default)]
+pub struct Fanout {
+    inner: Mutex<Inner>,
+    /// Latest version whose changes have been fanned out (heartbeats carry it).
+    pub published: AtomicU64,
+}
+
+/// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
+fn retarget(template: &[u8], target_id: u32) -> Bytes {
+    // The template was encoded with target id 0, one varint byte.
+    let mut out = Vec::with_capacity(template.len() + 4);
+    out.push(template[0]);
+    let mut v = target_id;
+    loop {
+        let b = (v & 0x7F) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            break;
+        }
+        out.push(b | 0x80);
+    }
+    out.extend_from_slice(&template[2..]);
+    Bytes::from(out)
+}
+
+fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
+    changes
+        .iter()
+        .map(|c| match c.kind {
+            ChangeType::Removed => DocumentChange::Remove(c.doc.name.clone()),
+            ChangeType::Added | ChangeType::Modified => DocumentChange::Upsert(c.doc.clone()),
+        })
+        .collect()
+}
+
+/// How a new listen should start.
+pub enum Start {
+    /// No resume point: the full result.
+    Fresh,
+    /// Resume from this version; `changed` lists names changed since (None: too old).
+    Resume(Option<Vec<crate::core::path::DocumentName>>),
+}
+
+impl Fanout {
+    pub fn new(version: u64) -> Fanout {
+        Fanout {
+            inner: Mutex::new(Inner::default()),
+            published: AtomicU64::new(version),
+        }
+    }
+
+    /// Number of targets listening.
+    pub fn listens(&self) -> usize {
+        self.inner.lock().expect("fanout lock").by_target.len()
+    }
+
+    /// Adds a target. `initial` reads the query's current result when no identical query
+    /// is live; `start` says what the client already has.
+    pub fn listen(
+        &self,
+        out: &Outbound,
+        target_id: u32,
+        query: Query,
+        initial: impl FnOnce(&Query) -> Result<(Vec<Document>, u64), QueryError>,
+        start: impl FnOnce(u64) -> Start,
+    ) -> Result<(), QueryError> {
+        let mut key = Vec::new();
+        encode_query(&query, &mut key);
+        let mut inner = self.inner.lock().expect("fanout lock");
+        if inner.by_target.contains_key(&(out.conn, target_id)) {
+            return Err(QueryError::InvalidArgument(format!(
+                "target {target_id} is already listening on this connection"
+            )));
+        }
+        if !inner.groups.contains_key(&key) {
+            let (docs, version) = initial(&query)?;
+            inner.groups.insert(
+                key.clone(),
+                Group {
+                    view: View::new(query, docs),
+                    version,
+                    subscribers: Vec::new(),
+                },
+            );
+        }
+        let group = inner.groups.get_mut(&key).expect("inserted above");
+        let limited = group.view.query().limit.is_some();
+        let (kind, changes) = match start(group.version) {
+            Start::Resume(Some(changed)) if !limited => {
+                let changes = changed
+                    .iter()
+                    .map(|name| {
+                        match group.view.documents().iter().find(|d| d.name == *name) {
+                            Some(d) => DocumentChange::Upsert(d.clone()),
+                            None => DocumentChange::Remove(name.clone()),
+                        }
+                    })
+                    .collect();
+                (TargetChangeKind::Delta, changes)
+            }
+            _ => (
+                TargetChangeKind::Reset,
+                group
+                    .view
+                    .documents()
+                    .iter()
+                    .cloned()
+                    .map(DocumentChange::Upsert)
+                    .collect(),
+            ),
+        };
+        out.send_message(&ServerMessage::TargetChange {
+            target_id,
+            kind,
+            changes,
+        });
+        group.subscribers.push(Subscriber {
+            target_id,
+            out: out.clone(),
+        });
+        let version = group.version;
+        inner.by_target.insert((out.conn, target_id), key);
+        let published = self.published.load(Ordering::Acquire);
+        if version <= published {
+            out.send_message(&ServerMessage::Snapshot { version: published });
+        } else {
+            inner.pending.push((out.clone(), version));
+        }
+        Ok(())
+    }
+
+    /// Removes a target; false if it did not exist.
+    pub fn unlisten(&self, conn: u64, target_id: u32) -> bool {
+        let mut inner = self.inner.lock().expect("fanout lock");
+        let Some(key) = inner.by_target.remove(&(conn, target_id)) else {
+            return false;
+        };
+        if let Some(g) = inner.groups.get_mut(&key) {
+            g.subscribers
+                .retain(|s| !(s.out.conn == conn && s.target_id == target_id));
+            if g.subscribers.is_empty() {
+                inner.groups.remove(&key);
+            }
+        }
+        true
+    }
+
+    /// Removes every target of a connection; returns how many there were.
+    pub fn drop_connection(&self, conn: u64) -> usize {
+        let targets: Vec<u32> = {
+            let inner = self.inner.lock().expect("fanout lock");
+            inner
+                .by_target
+                .keys()
+                .filter(|(c, _)| *c == conn)
+                .map(|(_, t)| *t)
+                .collect()
+        };
+        for t in &targets {
+            self.unlisten(conn, *t);
+        }
+        self.inner
+            .lock()
+            .expect("fanout lock")
+            .pending
+            .retain(|(o, _)| o.conn != conn);
+        targets.len()
+    }
+
+    /// Applies committed versions (ascending, all of this database) to every view and
+    /// queues the resulting frames. Returns the number of frames queued.
+    pub fn publish(&self, commits: &[Committed], requery: Requery) -> usize {
+        let Some(last) = commits.last().map(|c| c.version) else {
+            return 0;
+        };
+        let mut inner = self.inner.lock().expect("fanout lock");
+        let mut frames = 0;
+        let mut affected: BTreeMap<u64, Outbound> = BTreeMap::new();
+        for group in inner.groups.values_mut() {
+            let mut changes = Vec::new();
+            let mut refill = false;
+            for c in commits.iter().filter(|c| c.version > group.version) {
+                for (name, new) in &c.changes {
+                    let u = group.view.apply(name, new.as_ref());
+                    changes.extend(u.changes);
+                    refill |= u.needs_refill;
+                }
+            }
+            group.version = group.version.max(last);
+            if refill {
+                match requery(group.view.query()) {
+                    Ok((docs, version)) => {
+                        changes.extend(group.view.reset(docs));
+                        group.version = group.version.max(version);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "refilling a limited listen failed");
+                    }
+                }
+            }
+            if changes.is_empty() {
+                continue;
+            }
+            let template = encode_server(&ServerMessage::TargetChange {
+                target_id: 0,
+                kind: TargetChangeKind::Delta,
+                changes: to_wire(&changes),
+            });
+            for s in &group.subscribers {
+                if s.out.send(retarget(&template, s.target_id)) {
+                    frames += 1;
+                }
+                affected.entry(s.out.conn).or_insert_with(|| s.out.clone());
+            }
+        }
+        self.published.store(last, Ordering::Release);
+        let (due, waiting): (Vec<_>, Vec<_>) =
+            inner.pending.drain(..).partition(|(_, v)| *v <= last);
+        inner.pending = waiting;
+        for (o, _) in due {
+            affected.entry(o.conn).or_insert(o);
+        }
+        let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
+        for out in affected.values() {
+            if out.send(snapshot.clone()) {
+                frames += 1;
+            }
+        }
+        frames
+    }
+}

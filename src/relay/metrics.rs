@@ -1,0 +1,696 @@
+//! The relay's Prometheus metrics: atomics, small fixed-bucket histograms and a renderer for
+//! the text exposition format 0.0.4, without a metrics crate.
+//!
+//! Relay-wide series are plain atomics, updated lock-free. Series labelled by database live in
+//! one short-held std `Mutex<BTreeMap>` (databases are few), and the protocol error counter is
+//! keyed by `&'static str` so a client can never create new series. All updates use `Relaxed`
+//! ordering: each value is independent, and a scrape needs no ordering between them.
+
+use std::collections::BTreeMap;
+use std::fmt::{Display, Write as _};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Upper bounds in seconds for latency histograms: 50µs to 10s, roughly 1-2.5-5 per decade.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+/// Upper bounds for the number of write batches made durable by one fsync.
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+/// All metrics of one relay process; shared as `Arc<Metrics>` by every task.
+#[derive(Debug)]
+pub struct Metrics {
+    /// WebSocket connections open now.
+    connections_open: AtomicI64,
+    /// WebSocket connections accepted since start.
+    connections_total: AtomicU64,
+    /// Ack latency of single write batches.
+    commit_latency: Histogram,
+    /// Group commits (fsyncs) since start.
+    group_commits: AtomicU64,
+    /// Write batches made durable per group commit.
+    group_commit_batches: Histogram,
+    /// Duration of each group commit.
+    group_commit_seconds: Histogram,
+    /// Time from a commit to its change frames being queued on every listening connection.
+    fanout_latency: Histogram,
+    /// Frames written to clients since start.
+    frames_sent: AtomicU64,
+    /// Bytes queued for clients and not yet written; a signed sum of deltas, so unbalanced
+    /// calls show up as a drift (even below zero) rather than a panic.
+    outbound_bytes: AtomicI64,
+    /// Connections closed because they read too slowly.
+    slow_consumers_dropped: AtomicU64,
+    /// Series labelled by database, keyed and rendered in name order.
+    databases: Mutex<BTreeMap<String, DatabaseSeries>>,
+    /// Protocol errors by kind. The static key bounds the number of series.
+    protocol_errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// The series of one database.
+#[derive(Debug, Default)]
+struct DatabaseSeries {
+    /// Active listen targets; signed for the same reason as `outbound_bytes`.
+    listens: i64,
+    /// Write batches committed.
+    commits: u64,
+    /// Write batches waiting for the committer.
+    queue_depth: u64,
+    /// Index backfill progress, in documents.
+    backfill_done: u64,
+    /// Index backfill size, in documents.
+    backfill_total: u64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Fresh metrics, all zero.
+    pub fn new() -> Metrics {
+        Metrics {
+            connections_open: AtomicI64::new(0),
+            connections_total: AtomicU64::new(0),
+            commit_latency: Histogram::new(SECONDS_BUCKETS),
+            group_commits: AtomicU64::new(0),
+            group_commit_batches: Histogram::new(BATCH_BUCKETS),
+            group_commit_seconds: Histogram::new(SECONDS_BUCKETS),
+            fanout_latency: Histogram::new(SECONDS_BUCKETS),
+            frames_sent: AtomicU64::new(0),
+            outbound_bytes: AtomicI64::new(0),
+            slow_consumers_dropped: AtomicU64::new(0),
+            databases: Mutex::new(BTreeMap::new()),
+            protocol_errors: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A WebSocket connection was accepted.
+    pub fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Relaxed);
+        self.connections_total.fetch_add(1, Relaxed);
+    }
+
+    /// A WebSocket connection ended, for whatever reason.
+    pub fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Relaxed);
+    }
+
+    /// A listen target on database `db` became active.
+    pub fn listen_started(&self, db: &str) {
+        self.database(db, |s| s.listens += 1);
+    }
+
+    /// A listen target on database `db` ended (unlisten or connection closed).
+    pub fn listen_stopped(&self, db: &str) {
+        self.database(db, |s| s.listens -= 1);
+    }
+
+    /// `batches` write batches were committed to database `db`.
+    pub fn commits(&self, db: &str, batches: u64) {
+        self.database(db, |s| s.commits += batches);
+    }
+
+    /// One write batch was acknowledged `seconds` after it arrived.
+    pub fn commit_latency(&self, seconds: f64) {
+        self.commit_latency.observe(seconds);
+    }
+
+    /// One group commit made `batches` write batches durable in `seconds`.
+    pub fn group_commit(&self, batches: u64, seconds: f64) {
+        self.group_commits.fetch_add(1, Relaxed);
+        self.group_commit_batches.observe(batches as f64);
+        self.group_commit_seconds.observe(seconds);
+    }
+
+    /// The change frames of one commit were queued on all listening connections `seconds`
+    /// after the commit.
+    pub fn fanout_latency(&self, seconds: f64) {
+        self.fanout_latency.observe(seconds);
+    }
+
+    /// `n` frames were written to clients.
+    pub fn frames_sent(&self, n: u64) {
+        self.frames_sent.fetch_add(n, Relaxed);
+    }
+
+    /// Database `db` now has `depth` write batches waiting for the committer.
+    pub fn queue_depth(&self, db: &str, depth: u64) {
+        self.database(db, |s| s.queue_depth = depth);
+    }
+
+    /// Bytes queued for clients changed by `delta` (positive when queued, negative when
+    /// written or dropped).
+    pub fn outbound_bytes(&self, delta: i64) {
+        self.outbound_bytes.fetch_add(delta, Relaxed);
+    }
+
+    /// A connection was closed because its outbound queue overflowed.
+    pub fn slow_consumer_dropped(&self) {
+        self.slow_consumers_dropped.fetch_add(1, Relaxed);
+    }
+
+    /// An index backfill on database `db` has processed `done` of `total` documents.
+    pub fn backfill(&self, db: &str, done: u64, total: u64) {
+        self.database(db, |s| {
+            s.backfill_done = done;
+            s.backfill_total = total;
+        });
+    }
+
+    /// A client sent something the protocol does not allow; `kind` names the error class.
+    pub fn protocol_error(&self, kind: &'static str) {
+        *lock(&self.protocol_errors).entry(kind).or_insert(0) += 1;
+    }
+
+    /// All metrics in the Prometheus text exposition format 0.0.4
+    /// (`Content-Type: text/plain; version=0.0.4`).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let gauge = |out: &mut String, name, help, value: &dyn Display| {
+            family(out, name, help, "gauge");
+            sample(out, name, &[], value);
+        };
+        let counter = |out: &mut String, name, help, value: &dyn Display| {
+            family(out, name, help, "counter");
+            sample(out, name, &[], value);
+        };
+        gauge(
+            &mut out,
+            "hearth_connections_open",
+            "WebSocket connections open now.",
+            &self.connections_open.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "hearth_connections_total",
+            "WebSocket connections accepted since start.",
+            &self.connections_total.load(Relaxed),
+        );
+        {
+            // One snapshot of the map renders every per-database family, so the families
+            // agree on which databases exist.
+            let dbs = lock(&self.databases);
+            let per_db: [(&str, &str, &str, fn(&DatabaseSeries) -> i128); 5] = [
+                (
+                    "hearth_active_listens",
+                    "Listen targets active now.",
+                    "gauge",
+                    |s| s.listens.into(),
+                ),
+                (
+                    "hearth_commits_total",
+                    "Write batches committed.",
+                    "counter",
+                    |s| s.commits.into(),
+                ),
+                (
+                    "hearth_write_queue_depth",
+                    "Write batches waiting for the committer.",
+                    "gauge",
+                    |s| s.queue_depth.into(),
+                ),
+                (
+                    "hearth_backfill_done",
+                    "Documents processed by the running index backfill.",
+                    "gauge",
+                    |s| s.backfill_done.into(),
+                ),
+                (
+                    "hearth_backfill_total",
+                    "Documents to process in the running index backfill.",
+                    "gauge",
+                    |s| s.backfill_total.into(),
+                ),
+            ];
+            for (name, help, kind, get) in per_db {
+                family(&mut out, name, help, kind);
+                for (db, s) in dbs.iter() {
+                    sample(&mut out, name, &[("database", db)], &get(s));
+                }
+            }
+        }
+        self.commit_latency.render(
+            &mut out,
+            "hearth_commit_latency_seconds",
+            "Time from receiving a write batch to acknowledging it.",
+        );
+        counter(
+            &mut out,
+            "hearth_group_commits_total",
+            "Group commits (fsyncs) of the store.",
+            &self.group_commits.load(Relaxed),
+        );
+        self.group_commit_batches.render(
+            &mut out,
+            "hearth_group_commit_batches",
+            "Write batches made durable by one group commit.",
+        );
+        self.group_commit_seconds.render(
+            &mut out,
+            "hearth_group_commit_seconds",
+            "Duration of one group commit.",
+        );
+        self.fanout_latency.render(
+            &mut out,
+            "hearth_fanout_latency_seconds",
+            "Time from a commit to its change frames being queued for all listeners.",
+        );
+        counter(
+            &mut out,
+            "hearth_frames_sent_total",
+            "Frames written to clients.",
+            &self.frames_sent.load(Relaxed),
+        );
+        gauge(
+            &mut out,
+            "hearth_outbound_queued_bytes",
+            "Bytes queued for clients and not yet written.",
+            &self.outbound_bytes.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "hearth_slow_consumers_dropped_total",
+            "Connections closed because their outbound queue overflowed.",
+            &self.slow_consumers_dropped.load(Relaxed),
+        );
+        family(
+            &mut out,
+            "hearth_protocol_errors_total",
+            "Messages refused as protocol errors, by kind.",
+            "counter",
+        );
+        for (kind, n) in lock(&self.protocol_errors).iter() {
+            sample(
+                &mut out,
+                "hearth_protocol_errors_total",
+                &[("kind", kind)],
+                n,
+            );
+        }
+        out
+    }
+
+    /// Runs `f` on the series of database `db`, creating them on first use.
+    fn database(&self, db: &str, f: impl FnOnce(&mut DatabaseSeries)) {
+        let mut dbs = lock(&self.databases);
+        // Look up before inserting so the common case allocates no key.
+        match dbs.get_mut(db) {
+            Some(s) => f(s),
+            None => f(dbs.entry(db.to_owned()).or_default()),
+        }
+    }
+}
+
+/// Locks a metrics map. A panic while it was held left plain numbers behind, never a broken
+/// structure, so poisoning is ignored rather than taking metrics down with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A histogram with fixed bucket bounds, updated lock-free.
+#[derive(Debug)]
+struct Histogram {
+    /// Increasing upper bounds (inclusive, as Prometheus' `le`).
+    bounds: &'static [f64],
+    /// `counts[i]` counts observations in `(bounds[i-1], bounds[i]]`; the extra last slot counts
+    /// those above every bound. Not cumulative: rendering accumulates, and derives `_count`
+    /// from the same snapshot so that `_count` always equals the `+Inf` bucket.
+    counts: Box<[AtomicU64]>,
+    /// Sum of all observations, as `f64` bits.
+    sum_bits: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        assert!(
+            bounds.windows(2).all(|w| w[0] < w[1]),
+            "bucket bounds increase"
+        );
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_bits: AtomicU64::new(0f64.to_bits()),
+        }
+    }
+
+    /// Records `v`. Negative values (a clock stepping back) count as zero; NaN and infinities
+    /// are dropped, since they would poison `_sum` for the life of the process.
+    fn observe(&self, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        let v = v.max(0.0);
+        let bucket = self.bounds.partition_point(|&b| b < v);
+        self.counts[bucket].fetch_add(1, Relaxed);
+        // The closure always returns Some, so the update cannot fail.
+        let _ = self.sum_bits.fetch_update(Relaxed, Relaxed, |bits| {
+            Some((f64::from_bits(bits) + v).to_bits())
+        });
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        family(out, name, help, "histogram");
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0u64;
+        for (i, count) in self.counts.iter().enumerate() {
+            cumulative += count.load(Relaxed);
+            let le = match self.bounds.get(i) {
+                Some(b) => b.to_string(),
+                None => "+Inf".to_owned(),
+            };
+            sample(out, &bucket, &[("le", &le)], &cumulative);
+        }
+        let sum = f64::from_bits(self.sum_bits.load(Relaxed));
+        sample(out, &format!("{name}_sum"), &[], &sum);
+        sample(out, &format!("{name}_count"), &[], &cumulative);
+    }
+}
+
+/// Writes the `# HELP` and `# TYPE` lines that open a metric family.
+fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+    out.push_str("# HELP ");
+    out.push_str(name);
+    out.push(' ');
+    // HELP text escapes only backslash and newline.
+    for c in help.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push_str("\n# TYPE ");
+    out.push_str(name);
+    out.push(' ');
+    out.push_str(kind);
+    out.push('\n');
+}
+
+/// Writes one sample line, escaping label values.
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &dyn Display) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (label, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(label);
+            out.push_str("=\"");
+            for c in v.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '"' => out.push_str("\\\""),
+                    '\n' => out.push_str("\\n"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+        }
+        out.push('}');
+    }
+    writeln!(out, " {value}").expect("writing to a String cannot fail");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One parsed sample line.
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    }
+
+    fn is_metric_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+
+    fn is_label_name(s: &str) -> bool {
+        !s.contains(':') && is_metric_name(s)
+    }
+
+    /// Parses `{a="x",b="y"}` at the start of `s`, returning the labels and the rest.
+    fn parse_labels(s: &str) -> (Vec<(String, String)>, &str) {
+        let Some(mut rest) = s.strip_prefix('{') else {
+            return (Vec::new(), s);
+        };
+        let mut labels = Vec::new();
+        loop {
+            if let Some(r) = rest.strip_prefix('}') {
+                return (labels, r);
+            }
+            let (name, r) = rest.split_once("=\"").expect("label name then =\"");
+            assert!(is_label_name(name), "label name {name:?}");
+            let mut value = String::new();
+            let mut chars = r.char_indices();
+            let end = loop {
+                match chars.next().expect("closing quote") {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next().expect("escaped char").1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        c => panic!("bad escape \\{c}"),
+                    },
+                    (_, '\n') => panic!("raw newline in a label value"),
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((name.to_owned(), value));
+            rest = &r[end + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+    }
+
+    /// A checker for the text exposition format: every line is HELP, TYPE or a sample, each
+    /// family is declared once before its samples, and its samples are contiguous.
+    fn parse(text: &str) -> Vec<Sample> {
+        assert!(text.ends_with('\n'), "output ends with a newline");
+        let mut typed: BTreeMap<String, String> = BTreeMap::new();
+        let mut current: Option<(String, String)> = None;
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, doc) = rest.split_once(' ').expect("HELP name doc");
+                assert!(is_metric_name(name), "{line}");
+                assert!(!doc.replace("\\\\", "").replace("\\n", "").contains('\\'));
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+                assert!(is_metric_name(name), "{line}");
+                assert!(
+                    ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                    "{line}"
+                );
+                assert!(
+                    typed.insert(name.into(), kind.into()).is_none(),
+                    "{name} typed twice"
+                );
+                current = Some((name.into(), kind.into()));
+            } else {
+                assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+                let end = line.find(['{', ' ']).expect("name then labels or value");
+                let name = &line[..end];
+                assert!(is_metric_name(name), "{line}");
+                let (labels, rest) = parse_labels(&line[end..]);
+                let value = rest.strip_prefix(' ').expect("space before value");
+                let value = match value {
+                    "+Inf" => f64::INFINITY,
+                    "-Inf" => f64::NEG_INFINITY,
+                    "NaN" => f64::NAN,
+                    v => v.parse().unwrap_or_else(|_| panic!("value in {line:?}")),
+                };
+                let (family, kind) = current.as_ref().expect("sample after a TYPE line");
+                let matches = if kind == "histogram" {
+                    ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .any(|s| name.strip_suffix(s) == Some(family))
+                } else {
+                    name == family
+                };
+                assert!(matches, "{name} is outside its family's block");
+                if name.ends_with("_bucket") && kind == "histogram" {
+                    assert!(labels.iter().any(|(l, _)| l == "le"), "{line}");
+                }
+                samples.push(Sample {
+                    name: name.into(),
+                    labels,
+                    value,
+                });
+            }
+        }
+        samples
+    }
+
+    fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+        let found: Vec<_> = samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(l, v)| s.labels.iter().any(|(sl, sv)| sl == l && sv == v))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{name} {labels:?}");
+        found[0].value
+    }
+
+    fn exercise(m: &Metrics) {
+        m.connection_opened();
+        m.listen_started("app");
+        m.commits("app", 3);
+        m.commit_latency(0.002);
+        m.group_commit(3, 0.001);
+        m.fanout_latency(0.0004);
+        m.frames_sent(5);
+        m.queue_depth("app", 2);
+        m.outbound_bytes(1000);
+        m.slow_consumer_dropped();
+        m.backfill("other", 10, 40);
+        m.protocol_error("bad_frame");
+    }
+
+    #[test]
+    fn render_is_valid_exposition() {
+        let m = Metrics::new();
+        let fresh = parse(&m.render());
+        assert_eq!(value(&fresh, "hearth_connections_open", &[]), 0.0);
+        exercise(&m);
+        let text = m.render();
+        let samples = parse(&text);
+        assert!(samples.len() > fresh.len());
+        assert!(text.contains("# TYPE hearth_commit_latency_seconds histogram\n"));
+        assert!(text.contains("hearth_commits_total{database=\"app\"} 3\n"));
+        // Every database appears in every per-database family.
+        assert_eq!(
+            value(&samples, "hearth_commits_total", &[("database", "other")]),
+            0.0
+        );
+        assert_eq!(
+            value(&samples, "hearth_backfill_total", &[("database", "other")]),
+            40.0
+        );
+    }
+
+    #[test]
+    fn counters_increase_and_gauges_follow() {
+        let m = Metrics::new();
+        exercise(&m);
+        exercise(&m);
+        m.connection_closed();
+        m.listen_stopped("app");
+        m.outbound_bytes(-1500);
+        m.queue_depth("app", 7);
+        let s = parse(&m.render());
+        assert_eq!(value(&s, "hearth_connections_total", &[]), 2.0);
+        assert_eq!(value(&s, "hearth_connections_open", &[]), 1.0);
+        assert_eq!(
+            value(&s, "hearth_active_listens", &[("database", "app")]),
+            1.0
+        );
+        assert_eq!(
+            value(&s, "hearth_commits_total", &[("database", "app")]),
+            6.0
+        );
+        assert_eq!(value(&s, "hearth_group_commits_total", &[]), 2.0);
+        assert_eq!(value(&s, "hearth_frames_sent_total", &[]), 10.0);
+        assert_eq!(
+            value(&s, "hearth_write_queue_depth", &[("database", "app")]),
+            7.0
+        );
+        assert_eq!(value(&s, "hearth_outbound_queued_bytes", &[]), 500.0);
+        assert_eq!(value(&s, "hearth_slow_consumers_dropped_total", &[]), 2.0);
+        assert_eq!(
+            value(&s, "hearth_protocol_errors_total", &[("kind", "bad_frame")]),
+            2.0
+        );
+        assert_eq!(value(&s, "hearth_group_commit_batches_sum", &[]), 6.0);
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_consistent() {
+        let m = Metrics::new();
+        let observations = [0.00001, 0.00005, 0.003, 0.003, 1.0, 20.0, -1.0, f64::NAN];
+        for v in observations {
+            m.commit_latency(v);
+        }
+        let s = parse(&m.render());
+        let name = "hearth_commit_latency_seconds";
+        let buckets: Vec<(f64, f64)> = s
+            .iter()
+            .filter(|x| x.name == format!("{name}_bucket"))
+            .map(|x| {
+                let le = &x.labels.iter().find(|(l, _)| l == "le").unwrap().1;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                (le, x.value)
+            })
+            .collect();
+        assert_eq!(buckets.len(), SECONDS_BUCKETS.len() + 1);
+        assert!(buckets
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        let at = |le: f64| buckets.iter().find(|b| b.0 == le).unwrap().1;
+        // Bounds are inclusive; the negative observation counts as zero; NaN is dropped.
+        assert_eq!(at(0.00005), 3.0);
+        assert_eq!(at(0.0025), 3.0);
+        assert_eq!(at(0.005), 5.0);
+        assert_eq!(at(1.0), 6.0);
+        assert_eq!(at(10.0), 6.0);
+        assert_eq!(at(f64::INFINITY), 7.0);
+        assert_eq!(value(&s, &format!("{name}_count"), &[]), 7.0);
+        let sum = value(&s, &format!("{name}_sum"), &[]);
+        assert!((sum - 21.00606).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn histogram_counts_every_concurrent_observation() {
+        let m = Metrics::new();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for i in 0..1000 {
+                        m.fanout_latency(f64::from(i) * 1e-5);
+                    }
+                });
+            }
+        });
+        let s = parse(&m.render());
+        assert_eq!(
+            value(&s, "hearth_fanout_latency_seconds_count", &[]),
+            4000.0
+        );
+        let sum = value(&s, "hearth_fanout_latency_seconds_sum", &[]);
+        assert!((sum - 4.0 * 4.995).abs() < 1e-6, "{sum}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        let db = "a\"b\\c\nd";
+        m.commits(db, 1);
+        let text = m.render();
+        assert!(text.contains(r#"hearth_commits_total{database="a\"b\\c\nd"} 1"#));
+        let s = parse(&text);
+        assert_eq!(value(&s, "hearth_commits_total", &[("database", db)]), 1.0);
+    }
+}

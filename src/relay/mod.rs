@@ -1,0 +1,361 @@
+//! `hearth-relay`: the authoritative server. It holds every database's documents and indexes
+//! in the embedded [`store`], commits write batches through the group-committing
+//! [`commit`] thread, and pushes real-time query deltas through the per-database [`fanout`]
+//! to WebSocket connections ([`conn`]).
+//!
+//! ```text
+//! socket ─► conn (decode, auth, dispatch) ─┬─ reads: store snapshot + core executor
+//!                                          ├─ writes: commit queue ─► committer thread ─► redb
+//!                                          └─ listens: fanout ◄── fan-out thread ◄──┘
+//! ```
+
+pub mod auth;
+pub mod client;
+pub mod commit;
+pub mod conn;
+pub mod fanout;
+pub mod metrics;
+pub mod store;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, watch};
+
+use self::auth::Authenticator;
+use self::commit::{register_database, CommitSink, Committed, Committer};
+use self::fanout::Fanout;
+use self::metrics::Metrics;
+use self::store::{Store, StoreError};
+use crate::core::index::config::IndexFile;
+use crate::core::index::def::{IndexCatalog, IndexDef};
+use crate::core::kv::block_on_ready;
+use crate::core::query::execute::run_query;
+use crate::core::query::model::Query;
+use crate::core::query::validate::QueryError;
+
+/// Everything the relay is configured with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Directory of the embedded store.
+    pub data_dir: PathBuf,
+    /// Index definitions every database uses.
+    pub indexes: IndexFile,
+    /// Create a missing composite index on first use instead of refusing the query.
+    pub auto_index: bool,
+    /// Idle connections get a heartbeat this often.
+    pub heartbeat: Duration,
+    /// How long committed changes stay in the changelog (the resume window).
+    pub changelog_retention: Duration,
+    /// Most write batches queued per database before new ones are refused.
+    pub max_inflight_writes: usize,
+    /// Most bytes queued to one connection before it is dropped as a slow consumer.
+    pub max_outbound_bytes: usize,
+    /// Most concurrent connections.
+    pub max_connections: usize,
+}
+
+impl Config {
+    /// Defaults for `data_dir` (tests and the benchmark start from these).
+    pub fn new(data_dir: PathBuf) -> Config {
+        Config {
+            data_dir,
+            indexes: IndexFile::default(),
+            auto_index: false,
+            heartbeat: Duration::from_secs(5),
+            changelog_retention: Duration::from_secs(3600),
+            max_inflight_writes: 10_000,
+            max_outbound_bytes: 32 << 20,
+            max_connections: 19_000,
+        }
+    }
+}
+
+/// One database (tenant).
+pub struct Database {
+    pub name: String,
+    pub fanout: Fanout,
+    pub catalog: RwLock<IndexCatalog>,
+}
+
+/// The relay's shared state.
+pub struct Relay {
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub committer: Arc<Committer>,
+    pub metrics: Arc<Metrics>,
+    pub auth: Authenticator,
+    databases: Mutex<HashMap<String, Arc<Database>>>,
+    next_conn: AtomicU64,
+    /// Set once the store is open and every database is backfilled.
+    pub ready: AtomicBool,
+}
+
+/// Why the relay could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+struct Sink {
+    relay: std::sync::Weak<Relay>,
+    fanout_tx: std::sync::mpsc::Sender<(Vec<Committed>, Instant)>,
+}
+
+impl CommitSink for Sink {
+    fn committed(&self, round: Vec<Committed>, batches: usize, fsync: Duration) {
+        if let Some(relay) = self.relay.upgrade() {
+            relay.metrics.group_commit(batches as u64, fsync.as_secs_f64());
+            let mut per_db: HashMap<&str, u64> = HashMap::new();
+            for c in &round {
+                *per_db.entry(&c.database).or_default() += 1;
+            }
+            for (db, n) in per_db {
+                relay.metrics.commits(db, n);
+            }
+        }
+        let _ = self.fanout_tx.send((round, Instant::now()));
+    }
+
+    fn queue_depth(&self, db: &str, depth: usize) {
+        if let Some(relay) = self.relay.upgrade() {
+            relay.metrics.queue_depth(db, depth as u64);
+        }
+    }
+}
+
+impl Relay {
+    /// Opens the store, backfills indexes whose definitions changed, and starts the
+    /// committer and fan-out threads.
+    pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
+        let store = Arc::new(Store::open(&config.data_dir)?);
+        let committer = Committer::new(config.max_inflight_writes);
+        let metrics = Arc::new(Metrics::new());
+        let relay = Arc::new(Relay {
+            config,
+            store: store.clone(),
+            committer: committer.clone(),
+            metrics,
+            auth,
+            databases: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            ready: AtomicBool::new(false),
+        });
+        let base = IndexCatalog::from_file(&relay.config.indexes);
+        for (name, version) in store.databases()? {
+            let stored = store.stored_indexes(&name)?;
+            let old = stored.as_ref().map(IndexCatalog::from_file);
+            if stored.as_ref() != Some(base.file()) {
+                let old = old.unwrap_or_default();
+                tracing::info!(database = %name, "index definitions changed: backfilling");
+                let m = relay.metrics.clone();
+                let db = name.clone();
+                store.backfill(&name, &old, &base, 1000, |done, total| {
+                    m.backfill(&db, done, total);
+                    tracing::info!(database = %db, done, total, "backfill progress");
+                })?;
+            }
+            register_database(&store, &committer, &name, base.clone(), version)?;
+            relay.databases.lock().expect("databases lock").insert(
+                name.clone(),
+                Arc::new(Database {
+                    name,
+                    fanout: Fanout::new(version),
+                    catalog: RwLock::new(base.clone()),
+                }),
+            );
+        }
+        let (fanout_tx, fanout_rx) = std::sync::mpsc::channel::<(Vec<Committed>, Instant)>();
+        let sink = Sink {
+            relay: Arc::downgrade(&relay),
+            fanout_tx,
+        };
+        {
+            let committer = committer.clone();
+            let store = store.clone();
+            std::thread::Builder::new()
+                .name("hearth-committer".into())
+                .spawn(move || committer.run(&store, &sink))?;
+        }
+        {
+            let weak = Arc::downgrade(&relay);
+            std::thread::Builder::new()
+                .name("hearth-fanout".into())
+                .spawn(move || {
+                    while let Ok((round, committed_at)) = fanout_rx.recv() {
+                        let Some(relay) = weak.upgrade() else { return };
+                        relay.fan_out(round, committed_at);
+                    }
+                })?;
+        }
+        relay.ready.store(true, Ordering::Release);
+        Ok(relay)
+    }
+
+    fn fan_out(&self, round: Vec<Committed>, committed_at: Instant) {
+        let mut by_db: Vec<(String, Vec<Committed>)> = Vec::new();
+        for c in round {
+            match by_db.iter_mut().find(|(d, _)| *d == c.database) {
+                Some((_, v)) => v.push(c),
+                None => by_db.push((c.database.clone(), vec![c])),
+            }
+        }
+        let mut frames = 0;
+        for (name, commits) in by_db {
+            let Some(db) = self.database_if_open(&name) else {
+                continue;
+            };
+            let requery = |q: &Query| self.query_latest(&db, q);
+            frames += db.fanout.publish(&commits, &requery);
+        }
+        self.metrics.frames_sent(frames as u64);
+        self.metrics
+            .fanout_latency(committed_at.elapsed().as_secs_f64());
+    }
+
+    /// Stops the committer after it drains its queue.
+    pub fn stop(&self) {
+        self.committer.stop();
+    }
+
+    pub fn next_connection_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn database_if_open(&self, name: &str) -> Option<Arc<Database>> {
+        self.databases
+            .lock()
+            .expect("databases lock")
+            .get(name)
+            .cloned()
+    }
+
+    /// The database `name`, created on first use.
+    pub fn database(&self, name: &str) -> Result<Arc<Database>, StoreError> {
+        let mut dbs = self.databases.lock().expect("databases lock");
+        if let Some(db) = dbs.get(name) {
+            return Ok(db.clone());
+        }
+        let catalog = IndexCatalog::from_file(&self.config.indexes);
+        register_database(&self.store, &self.committer, name, catalog.clone(), 0)?;
+        let db = Arc::new(Database {
+            name: name.to_owned(),
+            fanout: Fanout::new(0),
+            catalog: RwLock::new(catalog),
+        });
+        dbs.insert(name.to_owned(), db.clone());
+        tracing::info!(database = %name, "database created");
+        Ok(db)
+    }
+
+    /// Runs a query on the latest committed state: (documents, version).
+    pub fn query_latest(&self, db: &Database, q: &Query) -> Result<(Vec<Document>, u64), QueryError> {
+        let snap = self
+            .store
+            .snapshot()
+            .map_err(|e| QueryError::Storage(crate::core::kv::KvError(e.to_string())))?;
+        let view = snap.database(&db.name);
+        let version = view
+            .version()
+            .map_err(|e| QueryError::Storage(crate::core::kv::KvError(e.to_string())))?;
+        let catalog = db.catalog.read().expect("catalog lock").clone();
+        let docs = block_on_ready(run_query(&view, &catalog, q))?;
+        Ok((docs, version))
+    }
+
+    /// With `--auto-index`, creates the index a `MissingIndex` error names (backfilled from
+    /// the collection group's documents) and returns true; the caller retries the query.
+    pub async fn auto_index(&self, db: &Database, err: &QueryError) -> bool {
+        let QueryError::MissingIndex { index, .. } = err else {
+            return false;
+        };
+        if !self.config.auto_index {
+            return false;
+        }
+        let def = IndexDef::from_spec(index);
+        let (old, new) = {
+            let mut cat = db.catalog.write().expect("catalog lock");
+            let old = cat.clone();
+            if !cat.add_composite(def) {
+                return true;
+            }
+            (old, cat.clone())
+        };
+        tracing::warn!(
+            database = %db.name,
+            "created a missing index (--auto-index); add it to firestore.indexes.json:\n{}",
+            index.to_json_entry()
+        );
+        let (tx, rx) = oneshot::channel();
+        let name = db.name.clone();
+        let metrics = self.metrics.clone();
+        let committer = self.committer.clone();
+        self.committer.run_job(Box::new(move |store: &Store| {
+            let res = store.backfill(&name, &old, &new, 1000, |done, total| {
+                metrics.backfill(&name, done, total);
+            });
+            if res.is_ok() {
+                if let Some(s) = committer
+                    .dbs
+                    .lock()
+                    .expect("committer db lock")
+                    .get_mut(&name)
+                {
+                    s.catalog = new;
+                }
+            }
+            let _ = tx.send(res);
+        }));
+        matches!(rx.await, Ok(Ok(())))
+    }
+}
+
+use crate::core::document::Document;
+
+/// Serves the relay on `listener` until `shutdown` resolves, then drains: stops accepting,
+/// lets in-flight commits finish and be acknowledged, and closes every socket cleanly.
+pub async fn run(
+    relay: Arc<Relay>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RelayError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = conn::router(relay.clone(), stop_rx);
+    let addr: SocketAddr = listener.local_addr()?;
+    tracing::info!(%addr, "hearth-relay listening");
+    let prune_relay = relay.clone();
+    let pruner = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tick.tick().await;
+            let r = prune_relay.clone();
+            let retention = r.config.changelog_retention;
+            r.committer.run_job(Box::new(move |store: &Store| {
+                if let Err(e) = commit::prune(store, retention) {
+                    tracing::warn!(error = %e, "changelog pruning failed");
+                }
+            }));
+        }
+    });
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("shutting down: draining connections");
+        let _ = stop_tx.send(true);
+    })
+    .await?;
+    pruner.abort();
+    relay.stop();
+    tracing::info!("hearth-relay stopped");
+    Ok(())
+}
