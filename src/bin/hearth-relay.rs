@@ -93,7 +93,10 @@ fn read_indexes(path: Option<&PathBuf>) -> anyhow::Result<IndexFile> {
 fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if format == "json" {
         builder.json().init();
     } else {
@@ -154,6 +157,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(&args.addr)
             .await
             .with_context(|| format!("binding {}", args.addr))?;
+        // One machine-readable line on stdout, so scripts and tests started with port 0
+        // learn the address.
+        println!("hearth-relay listening on {}", listener.local_addr()?);
         run(relay, listener, shutdown_signal()).await?;
         Ok(())
     })
