@@ -67,6 +67,49 @@ struct DatabaseSeries {
     backfill_total: u64,
 }
 
+/// A metric family labelled by database, rendered from [`DatabaseSeries`].
+struct DatabaseFamily {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    /// Reads the value; `i128` holds both the signed gauges and the `u64` counters.
+    get: fn(&DatabaseSeries) -> i128,
+}
+
+/// The per-database families, in rendering order.
+const DATABASE_FAMILIES: &[DatabaseFamily] = &[
+    DatabaseFamily {
+        name: "hearth_active_listens",
+        help: "Listen targets active now.",
+        kind: "gauge",
+        get: |s| s.listens.into(),
+    },
+    DatabaseFamily {
+        name: "hearth_commits_total",
+        help: "Write batches committed.",
+        kind: "counter",
+        get: |s| s.commits.into(),
+    },
+    DatabaseFamily {
+        name: "hearth_write_queue_depth",
+        help: "Write batches waiting for the committer.",
+        kind: "gauge",
+        get: |s| s.queue_depth.into(),
+    },
+    DatabaseFamily {
+        name: "hearth_backfill_done",
+        help: "Documents processed by the running index backfill.",
+        kind: "gauge",
+        get: |s| s.backfill_done.into(),
+    },
+    DatabaseFamily {
+        name: "hearth_backfill_total",
+        help: "Documents to process in the running index backfill.",
+        kind: "gauge",
+        get: |s| s.backfill_total.into(),
+    },
+];
+
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
@@ -198,42 +241,10 @@ impl Metrics {
             // One snapshot of the map renders every per-database family, so the families
             // agree on which databases exist.
             let dbs = lock(&self.databases);
-            let per_db: [(&str, &str, &str, fn(&DatabaseSeries) -> i128); 5] = [
-                (
-                    "hearth_active_listens",
-                    "Listen targets active now.",
-                    "gauge",
-                    |s| s.listens.into(),
-                ),
-                (
-                    "hearth_commits_total",
-                    "Write batches committed.",
-                    "counter",
-                    |s| s.commits.into(),
-                ),
-                (
-                    "hearth_write_queue_depth",
-                    "Write batches waiting for the committer.",
-                    "gauge",
-                    |s| s.queue_depth.into(),
-                ),
-                (
-                    "hearth_backfill_done",
-                    "Documents processed by the running index backfill.",
-                    "gauge",
-                    |s| s.backfill_done.into(),
-                ),
-                (
-                    "hearth_backfill_total",
-                    "Documents to process in the running index backfill.",
-                    "gauge",
-                    |s| s.backfill_total.into(),
-                ),
-            ];
-            for (name, help, kind, get) in per_db {
-                family(&mut out, name, help, kind);
+            for f in DATABASE_FAMILIES {
+                family(&mut out, f.name, f.help, f.kind);
                 for (db, s) in dbs.iter() {
-                    sample(&mut out, name, &[("database", db)], &get(s));
+                    sample(&mut out, f.name, &[("database", db)], &(f.get)(s));
                 }
             }
         }

@@ -292,6 +292,8 @@ pub struct DatabaseView<'a> {
     name: String,
 }
 
+type RowGuards<'a> = (redb::AccessGuard<'a, &'static [u8]>, redb::AccessGuard<'a, &'static [u8]>);
+
 fn kv_err(e: impl std::fmt::Display) -> KvError {
     KvError(e.to_string())
 }
@@ -375,7 +377,7 @@ impl KvRead for DatabaseView<'_> {
             .range(start.as_slice()..end.as_slice())
             .map_err(kv_err)?;
         let p = self.prefix.len();
-        let map = |row: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
+        let map = |row: Result<RowGuards, redb::StorageError>| {
             row.map(|(k, v)| (k.value()[p..].to_vec(), v.value().to_vec()))
                 .map_err(kv_err)
         };
