@@ -76,13 +76,15 @@
 //!   reading it, checks every count against the bytes remaining before reserving memory, and
 //!   recurses at most [`MAX_FILTER_DEPTH`] filters (plus the value decoder's own bound) deep.
 //! - The decoder checks the shape of what it reads (names, field paths, values, documents,
-//!   index files), not its meaning: query validation, mutation validation and document
-//!   limits run where the message is used.
+//!   index files) and holds documents to the limits of the document encoding, so whatever
+//!   it accepts can be stored and re-encoded. It does not check meaning: query validation
+//!   and mutation validation (which applies the document limits to mutation data) run
+//!   where the message is used.
 //!
 //! The relay speaks only validated documents, so [`encode_server`] panics on a document the
 //! document encoding refuses: that is a broken invariant, not bad input.
 
-use crate::core::document::Document;
+use crate::core::document::{validate_fields, Document, DocumentError, MAX_DOCUMENT_BYTES};
 use crate::core::encoding::document::{
     decode_document, decode_fields, decode_value, encode_document, encode_fields, encode_value,
     DecodeError,
@@ -174,6 +176,11 @@ pub enum ProtocolError {
     InvalidValue { offset: usize, source: DecodeError },
     #[error("invalid document at offset {offset}: {source}")]
     InvalidDocument { offset: usize, source: DecodeError },
+    #[error("document at offset {offset} breaks a limit: {source}")]
+    DocumentLimit {
+        offset: usize,
+        source: DocumentError,
+    },
     #[error("invalid index file at offset {offset}: {source}")]
     InvalidIndexFile {
         offset: usize,
@@ -934,11 +941,20 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
+    /// A document, held to the limits the encoder enforces, so that a receiver can store
+    /// (and re-encode) whatever it accepts.
     fn document(&mut self) -> Result<Document> {
         let n = self.count()?;
         let offset = self.pos;
         let b = self.take(n)?;
-        decode_document(b).map_err(|source| ProtocolError::InvalidDocument { offset, source })
+        let limit = |source| ProtocolError::DocumentLimit { offset, source };
+        if n > MAX_DOCUMENT_BYTES {
+            return Err(limit(DocumentError::TooLarge { size: n }));
+        }
+        let doc = decode_document(b)
+            .map_err(|source| ProtocolError::InvalidDocument { offset, source })?;
+        validate_fields(&doc.fields).map_err(limit)?;
+        Ok(doc)
     }
 
     fn index_file(&mut self) -> Result<crate::core::index::config::IndexFile> {
@@ -1778,7 +1794,7 @@ mod tests {
                 DocumentChange::Remove(name("rooms/r2")),
             ],
         };
-        let mut expect = vec![0x86, 0x02, 0x00, 0x02, 0x00, 0x10];
+        let mut expect = vec![0x86, 0x02, 0x00, 0x02, 0x00, 0x12];
         expect.extend(b"\x01\x02\x05rooms\x02r1\x05\x07\x01\x01n\x03\x01");
         expect.extend(b"\x01\x08rooms/r2");
         assert_eq!(encode_server(&change), expect);
@@ -2009,18 +2025,46 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::redundant_clone)]
-    fn invalid_documents_panic_in_the_encoder_only() {
-        let doc = Document::new(
-            name("a/b"),
-            [(String::new(), Value::Null)].into_iter().collect(),
-        );
+    fn documents_are_held_to_their_limits() {
+        // The encoder refuses (panics on) a document the document encoding refuses ...
+        let empty_key: Map = [(String::new(), Value::Null)].into_iter().collect();
         let m = ServerMessage::QueryResult {
             request_id: 0,
             version: 0,
-            documents: vec![doc],
+            documents: vec![Document::new(name("a/b"), empty_key.clone())],
         };
-        let caught = std::panic::catch_unwind(|| encode_server(&m.clone()));
-        assert!(caught.is_err());
+        assert!(std::panic::catch_unwind(|| encode_server(&m)).is_err());
+        // ... and the decoder refuses such documents written by hand.
+        let frame = |fields: &Map| {
+            let mut doc = vec![0x01, 0x02, 0x01, b'a', 0x01, b'b', 0x00, 0x00];
+            encode_fields(fields, &mut doc);
+            let mut bytes = vec![ty::QUERY_RESULT, 0x00, 0x00, 0x01];
+            put_varint(doc.len() as u64, &mut bytes);
+            let offset = bytes.len();
+            bytes.extend(doc);
+            (bytes, offset)
+        };
+        let (bytes, offset) = frame(&empty_key);
+        let err = decode_server(&bytes).unwrap_err();
+        assert!(
+            matches!(err, ProtocolError::DocumentLimit { offset: o, source: DocumentError::EmptyFieldName { .. } } if o == offset),
+            "{err}"
+        );
+        let big: Map = [("a".to_owned(), Value::Bytes(vec![0; MAX_DOCUMENT_BYTES]))]
+            .into_iter()
+            .collect();
+        let (bytes, _) = frame(&big);
+        let err = decode_server(&bytes).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProtocolError::DocumentLimit {
+                    source: DocumentError::TooLarge { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("over the limit"), "{err}");
     }
 }
