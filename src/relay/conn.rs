@@ -243,6 +243,24 @@ impl Connection {
         self.out.send_message(m);
     }
 
+    /// Sends a reply, or a `resource-exhausted` error when it would not fit in one frame.
+    fn reply(&self, request_id: u64, m: &ServerMessage) {
+        let frame = encode_server(m);
+        if frame.len() > MAX_FRAME_BYTES {
+            self.send(&error(
+                request_id,
+                0,
+                ErrorCode::ResourceExhausted,
+                format!(
+                    "the result is {} bytes, over the {MAX_FRAME_BYTES}-byte frame limit: add a limit or a projection (select)",
+                    frame.len()
+                ),
+            ));
+        } else {
+            self.out.send(Bytes::from(frame));
+        }
+    }
+
     /// Handles one frame; false ends the connection.
     async fn handle(&mut self, frame: &[u8]) -> bool {
         let msg = match decode_client(frame) {
@@ -283,7 +301,7 @@ impl Connection {
             }
             ClientMessage::Get { request_id, names } => {
                 let reply = self.get(request_id, names);
-                self.send(&reply);
+                self.reply(request_id, &reply);
             }
             ClientMessage::RunQuery { request_id, query } => {
                 let reply = match self.query_with_auto_index(&query).await {
@@ -294,7 +312,7 @@ impl Connection {
                     },
                     Err(e) => error(request_id, 0, query_error_code(&e), e.to_string()),
                 };
-                self.send(&reply);
+                self.reply(request_id, &reply);
             }
             ClientMessage::RunAggregation {
                 request_id,

@@ -134,6 +134,44 @@ fn retarget(template: &[u8], target_id: u32) -> Bytes {
     Bytes::from(out)
 }
 
+/// Most change bytes (estimated) in one TargetChange frame: half the frame limit, so names
+/// and framing never push a frame over it.
+const CHUNK_BYTES: usize = crate::core::protocol::MAX_FRAME_BYTES / 2;
+
+/// Splits changes into frames' worth; a result too big for one frame travels as several
+/// TargetChange messages before the Snapshot (docs/protocol.md).
+fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
+    let mut out = vec![Vec::new()];
+    let mut size = 0;
+    for c in changes {
+        let n = match &c {
+            DocumentChange::Upsert(d) => {
+                crate::core::encoding::document::encoded_size(&d.fields) + 64
+            }
+            DocumentChange::Remove(_) => 64,
+        };
+        if size + n > CHUNK_BYTES && !out.last().expect("never empty").is_empty() {
+            out.push(Vec::new());
+            size = 0;
+        }
+        size += n;
+        out.last_mut().expect("never empty").push(c);
+    }
+    out
+}
+
+/// Queues a target's changes, split into frames that fit; only the first frame carries
+/// `kind` (a Reset), the rest are Deltas on top of it.
+fn send_target_change(out: &Outbound, target_id: u32, kind: TargetChangeKind, changes: Vec<DocumentChange>) {
+    for (i, part) in chunks(changes).into_iter().enumerate() {
+        out.send_message(&ServerMessage::TargetChange {
+            target_id,
+            kind: if i == 0 { kind } else { TargetChangeKind::Delta },
+            changes: part,
+        });
+    }
+}
+
 fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
     changes
         .iter()
@@ -220,11 +258,7 @@ impl Fanout {
                     .collect(),
             ),
         };
-        out.send_message(&ServerMessage::TargetChange {
-            target_id,
-            kind,
-            changes,
-        });
+        send_target_change(out, target_id, kind, changes);
         group.subscribers.push(Subscriber {
             target_id,
             out: out.clone(),
@@ -312,15 +346,19 @@ impl Fanout {
             if changes.is_empty() {
                 continue;
             }
-            let template = encode_server(&ServerMessage::TargetChange {
-                target_id: 0,
-                kind: TargetChangeKind::Delta,
-                changes: to_wire(&changes),
-            });
-            for s in &group.subscribers {
-                if s.out.send(retarget(&template, s.target_id)) {
-                    frames += 1;
+            for part in chunks(to_wire(&changes)) {
+                let template = encode_server(&ServerMessage::TargetChange {
+                    target_id: 0,
+                    kind: TargetChangeKind::Delta,
+                    changes: part,
+                });
+                for s in &group.subscribers {
+                    if s.out.send(retarget(&template, s.target_id)) {
+                        frames += 1;
+                    }
                 }
+            }
+            for s in &group.subscribers {
                 affected.entry(s.out.conn).or_insert_with(|| s.out.clone());
             }
         }
