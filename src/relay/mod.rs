@@ -280,25 +280,26 @@ impl Relay {
             return false;
         }
         let def = IndexDef::from_spec(index);
-        let (old, new) = {
-            let mut cat = db.catalog.write().expect("catalog lock");
-            let old = cat.clone();
-            if !cat.add_composite(def) {
-                return true;
-            }
-            (old, cat.clone())
-        };
+        let old = db.catalog.read().expect("catalog lock").clone();
+        let mut new = old.clone();
+        if !new.add_composite(def) {
+            // Another request created it meanwhile.
+            return true;
+        }
         tracing::warn!(
             database = %db.name,
-            "created a missing index (--auto-index); add it to firestore.indexes.json:\n{}",
+            "creating a missing index (--auto-index); add it to firestore.indexes.json:\n{}",
             index.to_json_entry()
         );
+        // The backfill runs on the committer thread between rounds, so no commit interleaves
+        // with it; queries see the index only once its entries are complete.
         let (tx, rx) = oneshot::channel();
         let name = db.name.clone();
         let metrics = self.metrics.clone();
         let committer = self.committer.clone();
+        let job_new = new.clone();
         self.committer.run_job(Box::new(move |store: &Store| {
-            let res = store.backfill(&name, &old, &new, 1000, |done, total| {
+            let res = store.backfill(&name, &old, &job_new, 1000, |done, total| {
                 metrics.backfill(&name, done, total);
             });
             if res.is_ok() {
@@ -308,12 +309,25 @@ impl Relay {
                     .expect("committer db lock")
                     .get_mut(&name)
                 {
-                    s.catalog = new;
+                    s.catalog = job_new;
                 }
             }
             let _ = tx.send(res);
         }));
-        matches!(rx.await, Ok(Ok(())))
+        match rx.await {
+            Ok(Ok(())) => {
+                let mut cat = db.catalog.write().expect("catalog lock");
+                if cat.composites().len() < new.composites().len() {
+                    *cat = new;
+                }
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::error!(database = %db.name, error = %e, "index backfill failed");
+                false
+            }
+            Err(_) => false,
+        }
     }
 }
 
