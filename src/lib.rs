@@ -2,6 +2,8 @@
 //! [`core`]; the WebAssembly client and the native relay are glue around it.
 
 pub mod core;
+#[cfg(target_arch = "wasm32")]
+pub mod client;
 #[cfg(feature = "relay")]
 pub mod relay;
 

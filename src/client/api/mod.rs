@@ -1,0 +1,219 @@
+//! The JavaScript API (DESIGN.md): `Hearth`, references, queries, batches, transactions and
+//! snapshots, in Firestore's namespaced style so Firestore code runs with only its
+//! initialisation changed.
+
+mod query;
+mod reference;
+mod snapshot;
+mod write;
+
+use std::rc::Rc;
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+pub use query::{AggregateField, CollectionReference, Filter, Query};
+pub use reference::DocumentReference;
+pub use snapshot::{AggregateQuerySnapshot, DocumentSnapshot, QuerySnapshot, SnapshotMetadata};
+pub use write::{Transaction, WriteBatch};
+
+use super::engine::Engine;
+use super::error::ClientError;
+use super::sync::Sync;
+use crate::core::index::config::{parse_index_file, IndexFile};
+use crate::core::path::{CollectionPath, DocumentName};
+
+/// One open database: the engine and, when a relay is configured, its connection.
+pub struct Db {
+    pub(crate) engine: Rc<Engine>,
+    pub(crate) sync: Option<Rc<Sync>>,
+}
+
+impl Db {
+    /// Whether reads should go to the relay (connected and enabled).
+    pub(crate) fn online(&self) -> bool {
+        self.sync.as_ref().is_some_and(|s| s.is_open())
+    }
+}
+
+fn opt(options: &JsValue, key: &str) -> Option<JsValue> {
+    if options.is_undefined() || options.is_null() {
+        return None;
+    }
+    Reflect::get(options, &key.into())
+        .ok()
+        .filter(|v| !v.is_undefined() && !v.is_null())
+}
+
+/// The relay's WebSocket URL: `ws://host:port` gets the protocol path appended.
+fn ws_url(relay: &str) -> String {
+    let trimmed = relay.trim_end_matches('/');
+    let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, r)| r);
+    if after_scheme.contains('/') {
+        trimmed.to_owned()
+    } else {
+        format!("{trimmed}/v1/ws")
+    }
+}
+
+/// A Hearth database handle.
+#[wasm_bindgen]
+pub struct Hearth {
+    db: Rc<Db>,
+}
+
+#[wasm_bindgen]
+impl Hearth {
+    /// Opens a database: `{ name, relay?, token?, indexes? }`. `relay` is the relay's
+    /// address (`ws://127.0.0.1:8787`); without it the database is local only. `token` is a
+    /// string or a function returning one (or a promise of one), called on every connect.
+    /// `indexes` is a `firestore.indexes.json` object or text.
+    pub fn open(options: JsValue) -> Promise {
+        future_to_promise(async move {
+            console_error_panic_hook::set_once();
+            let name = opt(&options, "name")
+                .and_then(|v| v.as_string())
+                .unwrap_or_else(|| "default".into());
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(ClientError::invalid(format!(
+                    "invalid database name `{name}`: use 1 to 64 of [A-Za-z0-9_-]"
+                ))
+                .into());
+            }
+            let indexes: Option<IndexFile> = match opt(&options, "indexes") {
+                None => None,
+                Some(v) => {
+                    let text = match v.as_string() {
+                        Some(s) => s,
+                        None => js_sys::JSON::stringify(&v).map(String::from).map_err(|_| {
+                            ClientError::invalid(
+                                "indexes must be a firestore.indexes.json object or text",
+                            )
+                        })?,
+                    };
+                    Some(parse_index_file(&text).map_err(|e| ClientError::invalid(e.to_string()))?)
+                }
+            };
+            let relay = opt(&options, "relay").and_then(|v| v.as_string());
+            let engine = Engine::open(&name, indexes, relay.is_some()).await?;
+            let sync = match relay {
+                None => None,
+                Some(url) => {
+                    let token = opt(&options, "token");
+                    let (token, provider) = match token {
+                        Some(t) if t.is_function() => (None, Some(t.unchecked_into::<Function>())),
+                        Some(t) => (t.as_string(), None),
+                        None => (None, None),
+                    };
+                    Some(Sync::start(&engine, ws_url(&url), token, provider).await?)
+                }
+            };
+            let db = Rc::new(Db { engine, sync });
+            // References read back from documents become DocumentReferences of this database.
+            let weak = Rc::downgrade(&db);
+            let factory = Closure::<dyn Fn(String) -> JsValue>::new(move |path: String| {
+                match (weak.upgrade(), DocumentName::parse(&path)) {
+                    (Some(db), Ok(name)) => DocumentReference::new(&db, name).into(),
+                    _ => JsValue::from_str(&path),
+                }
+            });
+            super::convert::set_reference_factory(factory.into_js_value().unchecked_into());
+            Ok(Hearth { db }.into())
+        })
+    }
+
+    pub fn collection(&self, path: &str) -> Result<CollectionReference, JsValue> {
+        let p = CollectionPath::parse(path).map_err(ClientError::from)?;
+        Ok(CollectionReference::new(&self.db, p))
+    }
+
+    pub fn doc(&self, path: &str) -> Result<DocumentReference, JsValue> {
+        let n = DocumentName::parse(path).map_err(ClientError::from)?;
+        Ok(DocumentReference::new(&self.db, n))
+    }
+
+    #[wasm_bindgen(js_name = collectionGroup)]
+    pub fn collection_group(&self, id: &str) -> Result<Query, JsValue> {
+        if id.is_empty() || id.contains('/') {
+            return Err(ClientError::invalid(format!(
+                "invalid collection group id `{id}`: it must be non-empty and contain no `/`"
+            ))
+            .into());
+        }
+        Ok(Query::from_core(
+            &self.db,
+            crate::core::query::model::Query::collection_group(id),
+        ))
+    }
+
+    pub fn batch(&self) -> WriteBatch {
+        WriteBatch::new(&self.db)
+    }
+
+    /// Runs `update(transaction)` with optimistic concurrency: its reads are revalidated at
+    /// commit and the whole function is retried (up to 5 attempts) when one changed.
+    #[wasm_bindgen(js_name = runTransaction)]
+    pub fn run_transaction(&self, update: Function) -> Promise {
+        write::run_transaction(self.db.clone(), update)
+    }
+
+    #[wasm_bindgen(js_name = enableNetwork)]
+    pub fn enable_network(&self) -> Promise {
+        if let Some(s) = &self.db.sync {
+            s.set_enabled(true);
+        }
+        Promise::resolve(&JsValue::UNDEFINED)
+    }
+
+    #[wasm_bindgen(js_name = disableNetwork)]
+    pub fn disable_network(&self) -> Promise {
+        if let Some(s) = &self.db.sync {
+            s.set_enabled(false);
+        }
+        Promise::resolve(&JsValue::UNDEFINED)
+    }
+
+    /// Resolves when every write made before the call is acknowledged by the relay.
+    #[wasm_bindgen(js_name = waitForPendingWrites)]
+    pub fn wait_for_pending_writes(&self) -> Promise {
+        let engine = self.db.engine.clone();
+        Promise::new(&mut |resolve, reject| {
+            engine.wait_for_pending(Box::new(move |r| {
+                let _ = match r {
+                    Ok(_) => resolve.call0(&JsValue::NULL),
+                    Err(e) => reject.call1(&JsValue::NULL, &e.to_js()),
+                };
+            }));
+        })
+    }
+
+    /// Closes the connection and IndexedDB. Pending writes stay queued for the next open.
+    pub fn close(&self) -> Promise {
+        if let Some(s) = &self.db.sync {
+            s.close();
+        }
+        self.db.engine.close();
+        Promise::resolve(&JsValue::UNDEFINED)
+    }
+
+    /// Deletes the local data of database `name` (it must be closed in every tab).
+    #[wasm_bindgen(js_name = clearPersistence)]
+    pub fn clear_persistence(name: String) -> Promise {
+        future_to_promise(async move {
+            super::idb_store::IdbStore::delete(&name).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The id this client uses towards the relay (stable across reloads).
+    #[wasm_bindgen(getter, js_name = clientId)]
+    pub fn client_id(&self) -> String {
+        self.db.engine.client_id.clone()
+    }
+}

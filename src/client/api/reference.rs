@@ -1,0 +1,367 @@
+//! `DocumentReference`: read, write and listen to one document; and the shared pieces of
+//! listener registration (`onSnapshot` arguments, unsubscribe functions) and write promises.
+
+use std::rc::Rc;
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::snapshot::DocumentSnapshot;
+use super::{CollectionReference, Db};
+use crate::client::engine::ListenEvent;
+use crate::client::error::ClientError;
+use crate::core::mutation::Mutation;
+use crate::core::path::DocumentName;
+use crate::core::protocol::ServerMessage;
+
+/// A document's location; cheap to copy around.
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct DocumentReference {
+    pub(crate) db: Rc<Db>,
+    pub(crate) name: DocumentName,
+}
+
+impl DocumentReference {
+    pub(crate) fn new(db: &Rc<Db>, name: DocumentName) -> DocumentReference {
+        DocumentReference {
+            db: db.clone(),
+            name,
+        }
+    }
+}
+
+/// Parsed `onSnapshot` arguments: `(next, error?)`, `(options, next, error?)` or an observer
+/// `{ next, error }`.
+pub(crate) struct Observer {
+    pub next: Function,
+    pub error: Option<Function>,
+    pub include_metadata: bool,
+}
+
+pub(crate) fn observer(a: JsValue, b: JsValue, c: JsValue) -> Result<Observer, ClientError> {
+    let get = |o: &JsValue, k: &str| {
+        Reflect::get(o, &k.into())
+            .ok()
+            .filter(|v| !v.is_undefined())
+    };
+    if a.is_function() {
+        return Ok(Observer {
+            next: a.unchecked_into(),
+            error: b.dyn_into().ok(),
+            include_metadata: false,
+        });
+    }
+    if let Some(next) = get(&a, "next").filter(|v| v.is_function()) {
+        return Ok(Observer {
+            next: next.unchecked_into(),
+            error: get(&a, "error").and_then(|v| v.dyn_into().ok()),
+            include_metadata: false,
+        });
+    }
+    let include_metadata = get(&a, "includeMetadataChanges").is_some_and(|v| v.is_truthy());
+    if b.is_function() {
+        return Ok(Observer {
+            next: b.unchecked_into(),
+            error: c.dyn_into().ok(),
+            include_metadata,
+        });
+    }
+    Err(ClientError::invalid("onSnapshot needs a callback: onSnapshot(next, error?) or onSnapshot(options, next, error?)"))
+}
+
+/// A listener being registered: unsubscribing before registration finishes cancels it.
+#[derive(Default)]
+pub(crate) struct ListenHandle {
+    id: std::cell::Cell<Option<u64>>,
+    cancelled: std::cell::Cell<bool>,
+}
+
+impl ListenHandle {
+    /// Registration finished as listener `id`.
+    pub(crate) fn registered(&self, db: &Db, id: u64) {
+        if self.cancelled.get() {
+            db.engine.unlisten(id);
+        } else {
+            self.id.set(Some(id));
+        }
+    }
+}
+
+/// The function `onSnapshot` returns: calling it stops the listener.
+pub(crate) fn unsubscribe(db: &Rc<Db>, handle: Rc<ListenHandle>) -> Function {
+    let engine = db.engine.clone();
+    let f = Closure::<dyn FnMut()>::new(move || {
+        handle.cancelled.set(true);
+        if let Some(id) = handle.id.take() {
+            engine.unlisten(id);
+        }
+    });
+    f.into_js_value().unchecked_into()
+}
+
+/// Reports an error to the observer, or to the console when it has no error callback.
+pub(crate) fn report(obs_error: &Option<Function>, e: &ClientError) {
+    match obs_error {
+        Some(f) => {
+            let _ = f.call1(&JsValue::NULL, &e.to_js());
+        }
+        None => web_sys::console::error_1(&e.to_js()),
+    }
+}
+
+/// A promise settled by the engine's write acknowledgement.
+pub(crate) fn write_promise(db: &Rc<Db>, mutations: Vec<Mutation>, value: JsValue) -> Promise {
+    let engine = db.engine.clone();
+    let mut resolve_fn: Option<Function> = None;
+    let mut reject_fn: Option<Function> = None;
+    let promise = Promise::new(&mut |resolve, reject| {
+        resolve_fn = Some(resolve);
+        reject_fn = Some(reject);
+    });
+    let (resolve, reject) = (
+        resolve_fn.expect("set by the executor"),
+        reject_fn.expect("set by the executor"),
+    );
+    wasm_bindgen_futures::spawn_local(async move {
+        engine
+            .write(
+                mutations,
+                Box::new(move |r| {
+                    let _ = match r {
+                        Ok(_) => resolve.call1(&JsValue::NULL, &value),
+                        Err(e) => reject.call1(&JsValue::NULL, &e.to_js()),
+                    };
+                }),
+            )
+            .await;
+    });
+    promise
+}
+
+/// Builds the mutation of `set(data, options)`.
+pub(crate) fn set_mutation(
+    name: &DocumentName,
+    data: &JsValue,
+    options: &JsValue,
+) -> Result<Mutation, ClientError> {
+    use crate::core::mutation::SetMerge;
+    let get = |k: &str| {
+        if options.is_undefined() || options.is_null() {
+            None
+        } else {
+            Reflect::get(options, &k.into())
+                .ok()
+                .filter(|v| !v.is_undefined())
+        }
+    };
+    let merge_fields = get("mergeFields");
+    let merge = get("merge").is_some_and(|v| v.is_truthy()) || merge_fields.is_some();
+    let parsed = crate::client::convert::parse_set_data(data, merge)?;
+    let mode = match merge_fields {
+        Some(list) => {
+            let arr: js_sys::Array = list
+                .dyn_into()
+                .map_err(|_| ClientError::invalid("mergeFields must be an array of field paths"))?;
+            let mut paths = Vec::new();
+            for v in arr.iter() {
+                paths.push(crate::client::convert::field_path_arg(&v)?);
+            }
+            SetMerge::MergeFields(paths)
+        }
+        None if merge => SetMerge::MergeAll,
+        None => SetMerge::Overwrite,
+    };
+    let mut m = Mutation::set_merge(name.clone(), parsed.fields, mode);
+    for (p, t) in parsed.transforms {
+        m = m.with_transform(p, t);
+    }
+    for p in parsed.deletes {
+        m = m.with_field_delete(p);
+    }
+    Ok(m)
+}
+
+/// Builds the mutation of `update(data)` or `update(field, value, ...)`.
+pub(crate) fn update_mutation(
+    name: &DocumentName,
+    args: &js_sys::Array,
+) -> Result<Mutation, ClientError> {
+    let first = args.get(0);
+    let parsed = if args.length() == 1
+        && first.is_object()
+        && Reflect::get(&first, &"__hearthKind".into())
+            .map(|k| k.is_undefined())
+            .unwrap_or(true)
+    {
+        crate::client::convert::parse_update_data(&first)?
+    } else {
+        crate::client::convert::parse_update_pairs(args)?
+    };
+    let mut m = Mutation::update(name.clone(), parsed.fields);
+    for (p, t) in parsed.transforms {
+        m = m.with_transform(p, t);
+    }
+    Ok(m)
+}
+
+/// Collects up to six positional JS arguments, stopping at the first `undefined`.
+pub(crate) fn args(list: [JsValue; 6]) -> js_sys::Array {
+    list.into_iter().take_while(|v| !v.is_undefined()).collect()
+}
+
+#[wasm_bindgen]
+impl DocumentReference {
+    #[wasm_bindgen(getter)]
+    pub fn id(&self) -> String {
+        self.name.id().to_owned()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn path(&self) -> String {
+        self.name.to_string()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn parent(&self) -> CollectionReference {
+        CollectionReference::new(&self.db, self.name.parent())
+    }
+
+    #[wasm_bindgen(getter, js_name = __hearthKind)]
+    pub fn kind(&self) -> String {
+        "reference".into()
+    }
+
+    pub fn collection(&self, path: &str) -> Result<CollectionReference, JsValue> {
+        let full = format!("{}/{}", self.name, path);
+        let p = crate::core::path::CollectionPath::parse(&full).map_err(ClientError::from)?;
+        Ok(CollectionReference::new(&self.db, p))
+    }
+
+    #[wasm_bindgen(js_name = isEqual)]
+    pub fn is_equal(&self, other: &DocumentReference) -> bool {
+        self.name == other.name
+    }
+
+    /// Reads the document: from the relay when connected (or `{ source: 'server' }`), else
+    /// from the cache (`{ source: 'cache' }` forces it).
+    pub fn get(&self, options: JsValue) -> Promise {
+        let db = self.db.clone();
+        let name = self.name.clone();
+        let source = if options.is_object() {
+            Reflect::get(&options, &"source".into())
+                .ok()
+                .and_then(|v| v.as_string())
+        } else {
+            None
+        };
+        future_to_promise(async move {
+            let server = match source.as_deref() {
+                Some("cache") => false,
+                Some("server") => true,
+                _ => db.online(),
+            };
+            if server {
+                let Some(sync) = db.sync.clone() else {
+                    return Err(ClientError::new(
+                        "unavailable",
+                        "this database has no relay: read with { source: 'cache' }",
+                    )
+                    .into());
+                };
+                match sync.request_get(vec![name.clone()]).await? {
+                    ServerMessage::GetResult { documents, .. } => {
+                        db.engine.server_documents(documents.clone()).await?;
+                        let doc = documents.into_iter().next().and_then(|(_, d)| d);
+                        let pending = db.engine.is_pending(&name);
+                        if pending {
+                            // Show the local view (the server's copy with our pending writes).
+                            let local = db.engine.get_document(&name).await?;
+                            return Ok(DocumentSnapshot::new(&db, name, local, true, false).into());
+                        }
+                        Ok(DocumentSnapshot::new(&db, name, doc, false, false).into())
+                    }
+                    _ => Err(ClientError::new("internal", "unexpected reply to a read").into()),
+                }
+            } else {
+                let doc = db.engine.get_document(&name).await?;
+                let pending = db.engine.is_pending(&name);
+                Ok(DocumentSnapshot::new(&db, name, doc, pending, true).into())
+            }
+        })
+    }
+
+    /// Writes the document (`{ merge: true }` or `{ mergeFields }` to merge).
+    pub fn set(&self, data: JsValue, options: JsValue) -> Promise {
+        match set_mutation(&self.name, &data, &options) {
+            Ok(m) => write_promise(&self.db, vec![m], JsValue::UNDEFINED),
+            Err(e) => Promise::reject(&e.to_js()),
+        }
+    }
+
+    /// Updates fields: `update({ 'a.b': 1 })` or `update('a.b', 1, 'c', 2)`. The document
+    /// must exist.
+    pub fn update(
+        &self,
+        a: JsValue,
+        b: JsValue,
+        c: JsValue,
+        d: JsValue,
+        e: JsValue,
+        f: JsValue,
+    ) -> Promise {
+        match update_mutation(&self.name, &args([a, b, c, d, e, f])) {
+            Ok(m) => write_promise(&self.db, vec![m], JsValue::UNDEFINED),
+            Err(e) => Promise::reject(&e.to_js()),
+        }
+    }
+
+    pub fn delete(&self) -> Promise {
+        write_promise(
+            &self.db,
+            vec![Mutation::delete(self.name.clone())],
+            JsValue::UNDEFINED,
+        )
+    }
+
+    /// Listens to the document; returns the function that stops listening.
+    #[wasm_bindgen(js_name = onSnapshot)]
+    pub fn on_snapshot(&self, a: JsValue, b: JsValue, c: JsValue) -> Result<Function, JsValue> {
+        let obs = observer(a, b, c)?;
+        let include = obs.include_metadata;
+        let db = self.db.clone();
+        let handle = Rc::new(ListenHandle::default());
+        let unsub = unsubscribe(&db, handle.clone());
+        let name = self.name.clone();
+        let weak = Rc::downgrade(&db);
+        let callback: Rc<dyn Fn(ListenEvent)> = Rc::new(move |ev| {
+            let Some(db) = weak.upgrade() else { return };
+            match ev {
+                ListenEvent::Document {
+                    name,
+                    doc,
+                    from_cache,
+                    has_pending_writes,
+                } => {
+                    let snap =
+                        DocumentSnapshot::new(&db, name, doc, has_pending_writes, from_cache);
+                    let _ = obs.next.call1(&JsValue::NULL, &snap.into());
+                }
+                ListenEvent::Error(e) => report(&obs.error, &e),
+                ListenEvent::Query { .. } => {}
+            }
+        });
+        wasm_bindgen_futures::spawn_local(async move {
+            match db
+                .engine
+                .listen_document(name, include, callback.clone())
+                .await
+            {
+                Ok(listener) => handle.registered(&db, listener),
+                Err(e) => callback(ListenEvent::Error(e)),
+            }
+        });
+        Ok(unsub)
+    }
+}

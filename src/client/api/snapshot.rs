@@ -1,0 +1,243 @@
+//! `DocumentSnapshot`, `QuerySnapshot`, `SnapshotMetadata` and aggregate snapshots.
+
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Object, Reflect};
+use wasm_bindgen::prelude::*;
+
+use super::{Db, DocumentReference, Query};
+use crate::client::convert::{from_value, map_to_js};
+use crate::core::document::Document;
+use crate::core::path::{DocumentName, FieldPath};
+use crate::core::query::view::{ChangeType, DocChange};
+
+/// Whether a snapshot has local writes not yet acknowledged, and whether it came from the
+/// cache rather than a current relay result.
+#[wasm_bindgen]
+#[derive(Clone, Copy)]
+pub struct SnapshotMetadata {
+    pending: bool,
+    cache: bool,
+}
+
+#[wasm_bindgen]
+impl SnapshotMetadata {
+    #[wasm_bindgen(getter, js_name = hasPendingWrites)]
+    pub fn has_pending_writes(&self) -> bool {
+        self.pending
+    }
+
+    #[wasm_bindgen(getter, js_name = fromCache)]
+    pub fn from_cache(&self) -> bool {
+        self.cache
+    }
+
+    #[wasm_bindgen(js_name = isEqual)]
+    pub fn is_equal(&self, other: &SnapshotMetadata) -> bool {
+        self.pending == other.pending && self.cache == other.cache
+    }
+}
+
+/// One document as read: its data (or absence) and metadata.
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct DocumentSnapshot {
+    pub(crate) db: Rc<Db>,
+    pub(crate) name: DocumentName,
+    pub(crate) doc: Option<Document>,
+    pub(crate) meta: SnapshotMetadata,
+}
+
+impl DocumentSnapshot {
+    pub(crate) fn new(
+        db: &Rc<Db>,
+        name: DocumentName,
+        doc: Option<Document>,
+        pending: bool,
+        cache: bool,
+    ) -> DocumentSnapshot {
+        DocumentSnapshot {
+            db: db.clone(),
+            name,
+            doc,
+            meta: SnapshotMetadata { pending, cache },
+        }
+    }
+}
+
+#[wasm_bindgen]
+impl DocumentSnapshot {
+    #[wasm_bindgen(getter)]
+    pub fn id(&self) -> String {
+        self.name.id().to_owned()
+    }
+
+    #[wasm_bindgen(getter, js_name = ref)]
+    pub fn reference(&self) -> DocumentReference {
+        DocumentReference::new(&self.db, self.name.clone())
+    }
+
+    /// Firestore's namespaced API has `exists` as a property.
+    #[wasm_bindgen(getter)]
+    pub fn exists(&self) -> bool {
+        self.doc.is_some()
+    }
+
+    /// The fields as a plain object, or `undefined` when the document does not exist.
+    pub fn data(&self) -> JsValue {
+        match &self.doc {
+            Some(d) => map_to_js(&d.fields),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// One field by path (string or FieldPath), or `undefined`.
+    pub fn get(&self, field: JsValue) -> Result<JsValue, JsValue> {
+        let path = crate::client::convert::field_path_arg(&field)?;
+        Ok(self
+            .field(&path)
+            .map_or(JsValue::UNDEFINED, |v| from_value(&v)))
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn metadata(&self) -> SnapshotMetadata {
+        self.meta
+    }
+
+    #[wasm_bindgen(getter, js_name = __hearthKind)]
+    pub fn kind(&self) -> String {
+        "snapshot".into()
+    }
+
+    /// The document's path (for cursors built from snapshots).
+    #[wasm_bindgen(getter, js_name = __hearthPath)]
+    pub fn hearth_path(&self) -> String {
+        self.name.to_string()
+    }
+}
+
+impl DocumentSnapshot {
+    pub(crate) fn field(&self, path: &FieldPath) -> Option<crate::core::value::Value> {
+        self.doc.as_ref()?.field(path).map(|v| v.into_owned())
+    }
+}
+
+/// A query's result.
+#[wasm_bindgen]
+pub struct QuerySnapshot {
+    pub(crate) db: Rc<Db>,
+    pub(crate) query: crate::core::query::model::Query,
+    pub(crate) docs: Vec<(Document, bool)>,
+    pub(crate) changes: Vec<DocChange>,
+    pub(crate) meta: SnapshotMetadata,
+}
+
+impl QuerySnapshot {
+    pub(crate) fn new(
+        db: &Rc<Db>,
+        query: crate::core::query::model::Query,
+        docs: Vec<(Document, bool)>,
+        changes: Vec<DocChange>,
+        cache: bool,
+    ) -> QuerySnapshot {
+        let pending = docs.iter().any(|(_, p)| *p);
+        QuerySnapshot {
+            db: db.clone(),
+            query,
+            docs,
+            changes,
+            meta: SnapshotMetadata { pending, cache },
+        }
+    }
+
+    fn snapshot(&self, d: &Document, pending: bool) -> DocumentSnapshot {
+        DocumentSnapshot::new(
+            &self.db,
+            d.name.clone(),
+            Some(d.clone()),
+            pending,
+            self.meta.cache,
+        )
+    }
+}
+
+#[wasm_bindgen]
+impl QuerySnapshot {
+    #[wasm_bindgen(getter)]
+    pub fn docs(&self) -> Array {
+        self.docs
+            .iter()
+            .map(|(d, p)| JsValue::from(self.snapshot(d, *p)))
+            .collect()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn size(&self) -> usize {
+        self.docs.len()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    #[wasm_bindgen(js_name = forEach)]
+    pub fn for_each(&self, callback: &Function) -> Result<(), JsValue> {
+        for (d, p) in &self.docs {
+            callback.call1(&JsValue::NULL, &JsValue::from(self.snapshot(d, *p)))?;
+        }
+        Ok(())
+    }
+
+    /// The changes since the previous snapshot of this listener (all `added` for the first),
+    /// as `{ type, doc, oldIndex, newIndex }` with -1 for a missing index.
+    #[wasm_bindgen(js_name = docChanges)]
+    pub fn doc_changes(&self) -> Array {
+        let pending = |n: &DocumentName| self.docs.iter().any(|(d, p)| d.name == *n && *p);
+        self.changes
+            .iter()
+            .map(|c| {
+                let o = Object::new();
+                let t = match c.kind {
+                    ChangeType::Added => "added",
+                    ChangeType::Modified => "modified",
+                    ChangeType::Removed => "removed",
+                };
+                let _ = Reflect::set(&o, &"type".into(), &t.into());
+                let snap = self.snapshot(&c.doc, pending(&c.doc.name));
+                let _ = Reflect::set(&o, &"doc".into(), &JsValue::from(snap));
+                let idx = |i: Option<usize>| i.map_or(-1.0, |i| i as f64);
+                let _ = Reflect::set(&o, &"oldIndex".into(), &idx(c.old_index).into());
+                let _ = Reflect::set(&o, &"newIndex".into(), &idx(c.new_index).into());
+                JsValue::from(o)
+            })
+            .collect()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn metadata(&self) -> SnapshotMetadata {
+        self.meta
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn query(&self) -> Query {
+        Query::from_core(&self.db, self.query.clone())
+    }
+}
+
+/// The result of an aggregation: `data()` maps each alias to its value.
+#[wasm_bindgen]
+pub struct AggregateQuerySnapshot {
+    pub(crate) values: Vec<(String, crate::core::value::Value)>,
+}
+
+#[wasm_bindgen]
+impl AggregateQuerySnapshot {
+    pub fn data(&self) -> JsValue {
+        let o = Object::new();
+        for (k, v) in &self.values {
+            let _ = Reflect::set(&o, &k.into(), &from_value(v));
+        }
+        o.into()
+    }
+}

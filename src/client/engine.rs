@@ -1,0 +1,987 @@
+//! The client engine: the local view in IndexedDB (server state with pending writes applied,
+//! indexed like the relay's), the persistent queue of pending write batches, local listeners
+//! with latency compensation, and the bookkeeping the sync layer feeds.
+//!
+//! Data flow:
+//! - a local write applies its mutations over the local view, stores the new documents, their
+//!   index entries, the untouched server version of each document (`remote`), and the batch,
+//!   in one IndexedDB transaction; then listeners fire (`hasPendingWrites: true`); then the
+//!   batch goes to the relay;
+//! - a server document (listen delta or read) replaces the `remote` base of a document with
+//!   pending writes and the pending batches are re-applied over it, or replaces the local
+//!   document directly;
+//! - an acknowledged batch leaves the queue; a refused one too, and its documents are rebuilt
+//!   from the server base and the remaining batches (a rollback), and listeners fire again.
+//!
+//! Architecture invariant: JS callbacks are queued while the engine updates and run only
+//! after, so a callback never re-enters the engine mid-update.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+
+use super::error::ClientError;
+use super::idb_store::{IdbStore, Key, Store, WriteOp};
+use super::lock::AsyncLock;
+use crate::core::document::Document;
+use crate::core::encoding::document::{decode_document, encode_document};
+use crate::core::index::config::IndexFile;
+use crate::core::index::def::IndexCatalog;
+use crate::core::index::keys::{document_key, index_diff};
+use crate::core::mutation::{ApplyContext, Mutation};
+use crate::core::path::DocumentName;
+use crate::core::protocol::codec::{decode_mutation, encode_mutation};
+use crate::core::query::execute::{fetch, run_aggregation, run_query};
+use crate::core::query::model::{Aggregation, Query};
+use crate::core::query::validate::validate;
+use crate::core::query::view::{diff, DocChange, View};
+use crate::core::value::{Timestamp, Value};
+
+/// One pending write batch.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    pub id: u64,
+    pub mutations: Vec<Mutation>,
+}
+
+impl Batch {
+    fn names(&self) -> BTreeSet<DocumentName> {
+        self.mutations.iter().map(|m| m.name.clone()).collect()
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = (self.mutations.len() as u32).to_be_bytes().to_vec();
+        for m in &self.mutations {
+            let mut b = Vec::new();
+            encode_mutation(m, &mut b);
+            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    fn decode(id: u64, bytes: &[u8]) -> Result<Batch, ClientError> {
+        let corrupt =
+            || ClientError::new("data-loss", format!("stored write batch {id} is corrupt"));
+        let take = |b: &[u8], at: usize| -> Option<u32> {
+            Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+        };
+        let n = take(bytes, 0).ok_or_else(corrupt)? as usize;
+        let mut at = 4;
+        let mut mutations = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            let len = take(bytes, at).ok_or_else(corrupt)? as usize;
+            at += 4;
+            let b = bytes.get(at..at + len).ok_or_else(corrupt)?;
+            mutations.push(decode_mutation(b).map_err(|_| corrupt())?);
+            at += len;
+        }
+        Ok(Batch { id, mutations })
+    }
+}
+
+/// What a listener receives.
+#[derive(Clone, Debug)]
+pub enum ListenEvent {
+    Query {
+        docs: Vec<Document>,
+        pending: Vec<bool>,
+        changes: Vec<DocChange>,
+        from_cache: bool,
+        has_pending_writes: bool,
+    },
+    Document {
+        name: DocumentName,
+        doc: Option<Document>,
+        from_cache: bool,
+        has_pending_writes: bool,
+    },
+    Error(ClientError),
+}
+
+type Callback = Rc<dyn Fn(ListenEvent)>;
+
+enum Watched {
+    Query(View),
+    Document(DocumentName, Option<Document>),
+}
+
+struct Listener {
+    watched: Watched,
+    callback: Callback,
+    include_metadata: bool,
+    /// Relay target serving this listener, if any.
+    target: Option<u32>,
+    /// The last raised metadata, to raise metadata-only changes when asked.
+    last_meta: Option<(bool, bool)>,
+}
+
+/// A callback slot the sync layer fills.
+pub type Hook<F> = RefCell<Option<Box<F>>>;
+
+/// A promise's two ends, as Rust callbacks.
+pub type Settle = Box<dyn FnOnce(Result<u64, ClientError>)>;
+
+/// The engine of one open database.
+pub struct Engine {
+    pub name: String,
+    pub store: IdbStore,
+    pub catalog: RefCell<IndexCatalog>,
+    pub client_id: String,
+    /// Whether writes resolve on the relay's acknowledgement (else on local durability).
+    pub synced: bool,
+    batch_seq: Cell<u64>,
+    queue: RefCell<Vec<Batch>>,
+    waiters: RefCell<HashMap<u64, Vec<Settle>>>,
+    listeners: RefCell<BTreeMap<u64, Listener>>,
+    next_listener: Cell<u64>,
+    /// Relay targets that are current (a Snapshot arrived since they were listened).
+    current_targets: RefCell<BTreeSet<u32>>,
+    online: Cell<bool>,
+    lock: AsyncLock,
+    outbox: RefCell<Vec<(Callback, ListenEvent)>>,
+    /// Hooks the sync layer installs.
+    pub on_batch: Hook<dyn Fn(&Batch)>,
+    pub on_listen: Hook<dyn Fn(u64, &Query)>,
+    pub on_unlisten: Hook<dyn Fn(u64)>,
+    pub on_local_change: Hook<dyn Fn(&[DocumentName])>,
+}
+
+const META_CLIENT_ID: &str = "client-id";
+const META_INDEXES: &str = "indexes";
+
+fn now_micros() -> i64 {
+    (js_sys::Date::now() * 1000.0) as i64
+}
+
+impl Engine {
+    /// Opens the engine over `name`'s IndexedDB database. `indexes`: definitions given at
+    /// open; else the ones last received from the relay; else automatic indexes only.
+    pub async fn open(
+        name: &str,
+        indexes: Option<IndexFile>,
+        synced: bool,
+    ) -> Result<Rc<Engine>, ClientError> {
+        let store = IdbStore::open(name).await?;
+        let client_id = match store.get_meta(META_CLIENT_ID).await? {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            None => {
+                let id = crate::auto_id();
+                store
+                    .write(vec![WriteOp::Put {
+                        store: Store::Meta,
+                        key: Key::Text(META_CLIENT_ID.into()),
+                        value: id.as_bytes().to_vec(),
+                    }])
+                    .await?;
+                id
+            }
+        };
+        let file = match indexes {
+            Some(f) => f,
+            None => match store.get_meta(META_INDEXES).await? {
+                Some(b) => {
+                    crate::core::index::config::parse_index_file(&String::from_utf8_lossy(&b))
+                        .unwrap_or_default()
+                }
+                None => IndexFile::default(),
+            },
+        };
+        let mut queue = Vec::new();
+        for (k, v) in store.all(Store::Mutations).await? {
+            let id =
+                u64::from_be_bytes(k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
+            queue.push(Batch::decode(id, &v)?);
+        }
+        queue.sort_by_key(|b| b.id);
+        let seq = queue.last().map_or(0, |b| b.id);
+        Ok(Rc::new(Engine {
+            name: name.to_owned(),
+            store,
+            catalog: RefCell::new(IndexCatalog::from_file(&file)),
+            client_id,
+            synced,
+            batch_seq: Cell::new(seq),
+            queue: RefCell::new(queue),
+            waiters: RefCell::new(HashMap::new()),
+            listeners: RefCell::new(BTreeMap::new()),
+            next_listener: Cell::new(1),
+            current_targets: RefCell::new(BTreeSet::new()),
+            online: Cell::new(false),
+            lock: AsyncLock::default(),
+            outbox: RefCell::new(Vec::new()),
+            on_batch: RefCell::new(None),
+            on_listen: RefCell::new(None),
+            on_unlisten: RefCell::new(None),
+            on_local_change: RefCell::new(None),
+        }))
+    }
+
+    /// Pending batches, oldest first.
+    pub fn pending_batches(&self) -> Vec<Batch> {
+        self.queue.borrow().clone()
+    }
+
+    fn has_pending(&self, name: &DocumentName) -> bool {
+        self.queue
+            .borrow()
+            .iter()
+            .any(|b| b.mutations.iter().any(|m| m.name == *name))
+    }
+
+    /// A new batch id: increasing, and unlikely to collide with another tab's (time-based).
+    fn next_batch_id(&self) -> u64 {
+        let time_based = (js_sys::Date::now() as u64) << 10;
+        let id = time_based.max(self.batch_seq.get() + 1);
+        self.batch_seq.set(id);
+        id
+    }
+
+    /// Replaces the index definitions (from the relay's Welcome), rebuilding local entries.
+    pub async fn set_indexes(self: &Rc<Self>, file: IndexFile) -> Result<(), ClientError> {
+        if *self.catalog.borrow().file() == file {
+            return Ok(());
+        }
+        let _g = self.lock.lock().await;
+        let old = self.catalog.borrow().clone();
+        let new = IndexCatalog::from_file(&file);
+        let mut ops = Vec::new();
+        for (_, v) in self.store.all(Store::Documents).await? {
+            let doc =
+                decode_document(&v).map_err(|e| ClientError::new("data-loss", e.to_string()))?;
+            let before = crate::core::index::keys::document_entries(&old, &doc);
+            let after = crate::core::index::keys::document_entries(&new, &doc);
+            for k in before.difference(&after) {
+                ops.push(WriteOp::Delete {
+                    store: Store::Index,
+                    key: Key::Bytes(k.clone()),
+                });
+            }
+            for k in after.difference(&before) {
+                ops.push(WriteOp::Put {
+                    store: Store::Index,
+                    key: Key::Bytes(k.clone()),
+                    value: Vec::new(),
+                });
+            }
+        }
+        ops.push(WriteOp::Put {
+            store: Store::Meta,
+            key: Key::Text(META_INDEXES.into()),
+            value: file.to_json().into_bytes(),
+        });
+        self.store.write(ops).await?;
+        *self.catalog.borrow_mut() = new;
+        Ok(())
+    }
+
+    async fn local_doc(&self, name: &DocumentName) -> Result<Option<Document>, ClientError> {
+        let read = self.store.read().await?;
+        fetch(&read, name).await.map_err(ClientError::from)
+    }
+
+    /// Write ops that replace `old` with `new` in the local view.
+    fn doc_ops(
+        &self,
+        name: &DocumentName,
+        old: Option<&Document>,
+        new: Option<&Document>,
+        ops: &mut Vec<WriteOp>,
+    ) -> Result<(), ClientError> {
+        let key = document_key(name);
+        match new {
+            Some(d) => ops.push(WriteOp::Put {
+                store: Store::Documents,
+                key: Key::Bytes(key),
+                value: encode_document(d).map_err(|e| ClientError::invalid(e.to_string()))?,
+            }),
+            None => ops.push(WriteOp::Delete {
+                store: Store::Documents,
+                key: Key::Bytes(key),
+            }),
+        }
+        let d = index_diff(&self.catalog.borrow(), old, new);
+        for k in d.deletes {
+            ops.push(WriteOp::Delete {
+                store: Store::Index,
+                key: Key::Bytes(k),
+            });
+        }
+        for k in d.inserts {
+            ops.push(WriteOp::Put {
+                store: Store::Index,
+                key: Key::Bytes(k),
+                value: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies a batch locally: durable in IndexedDB, listeners raised, then handed to the
+    /// relay. `settle` runs with the commit version on acknowledgement (or local durability
+    /// without a relay), or with the refusal.
+    pub async fn write(self: &Rc<Self>, mutations: Vec<Mutation>, settle: Settle) {
+        match self.write_local(mutations).await {
+            Err(e) => settle(Err(e)),
+            Ok(batch) => {
+                if self.synced {
+                    self.waiters
+                        .borrow_mut()
+                        .entry(batch.id)
+                        .or_default()
+                        .push(settle);
+                    if let Some(send) = self.on_batch.borrow().as_ref() {
+                        send(&batch);
+                    }
+                } else {
+                    // Without a relay the local copy is the database: nothing stays pending.
+                    let _ = self.acknowledge(batch.id, 0).await;
+                    settle(Ok(0));
+                }
+            }
+        }
+    }
+
+    async fn write_local(self: &Rc<Self>, mutations: Vec<Mutation>) -> Result<Batch, ClientError> {
+        for m in &mutations {
+            m.validate()?;
+        }
+        let guard = self.lock.lock().await;
+        let batch = Batch {
+            id: self.next_batch_id(),
+            mutations,
+        };
+        let ctx = ApplyContext {
+            commit_version: 0,
+            commit_time: Timestamp::from_micros(now_micros())
+                .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
+        };
+        // (name, old local, new local)
+        let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+        for m in &batch.mutations {
+            let pos = touched.iter().position(|(n, _, _)| *n == m.name);
+            let base = match pos {
+                Some(i) => touched[i].2.clone(),
+                None => self.local_doc(&m.name).await?,
+            };
+            let new = m.apply(base.as_ref(), &ctx)?;
+            match pos {
+                Some(i) => touched[i].2 = new,
+                None => touched.push((m.name.clone(), base, new)),
+            }
+        }
+        let mut ops = Vec::new();
+        let read = self.store.read().await?;
+        for (name, old, new) in &touched {
+            self.doc_ops(name, old.as_ref(), new.as_ref(), &mut ops)?;
+            if !self.has_pending(name) {
+                // The local document equals the server's: keep it as the base to rebuild from.
+                let key = document_key(name);
+                if read.get_remote(&key).await?.is_none() {
+                    ops.push(WriteOp::Put {
+                        store: Store::Remote,
+                        key: Key::Bytes(key),
+                        value: encode_remote(old.as_ref())?,
+                    });
+                }
+            }
+        }
+        drop(read);
+        ops.push(WriteOp::Put {
+            store: Store::Mutations,
+            key: Key::Number(batch.id as f64),
+            value: batch.encode(),
+        });
+        self.store.write(ops).await?;
+        self.queue.borrow_mut().push(batch.clone());
+        drop(guard);
+        let changed: Vec<(DocumentName, Option<Document>)> =
+            touched.into_iter().map(|(n, _, new)| (n, new)).collect();
+        self.local_changed(&changed).await;
+        Ok(batch)
+    }
+
+    /// The relay acknowledged `batch_id` at `version`.
+    pub async fn acknowledge(
+        self: &Rc<Self>,
+        batch_id: u64,
+        version: u64,
+    ) -> Result<(), ClientError> {
+        let names = {
+            let q = self.queue.borrow();
+            match q.iter().find(|b| b.id == batch_id) {
+                Some(b) => b.names(),
+                None => return Ok(()),
+            }
+        };
+        let guard = self.lock.lock().await;
+        self.queue.borrow_mut().retain(|b| b.id != batch_id);
+        let mut ops = vec![WriteOp::Delete {
+            store: Store::Mutations,
+            key: Key::Number(batch_id as f64),
+        }];
+        for n in &names {
+            if !self.has_pending(n) {
+                // No batch is pending on it: the local view is now the server's (until the
+                // relay sends the committed document, which replaces it).
+                ops.push(WriteOp::Delete {
+                    store: Store::Remote,
+                    key: Key::Bytes(document_key(n)),
+                });
+            }
+        }
+        self.store.write(ops).await?;
+        drop(guard);
+        let mut changed = Vec::new();
+        for n in names {
+            changed.push((n.clone(), self.local_doc(&n).await?));
+        }
+        self.local_changed(&changed).await;
+        if let Some(w) = self.waiters.borrow_mut().remove(&batch_id) {
+            for settle in w {
+                settle(Ok(version));
+            }
+        }
+        Ok(())
+    }
+
+    /// The relay refused `batch_id`: roll it back and rebuild its documents.
+    pub async fn reject(
+        self: &Rc<Self>,
+        batch_id: u64,
+        error: ClientError,
+    ) -> Result<(), ClientError> {
+        let names = {
+            let q = self.queue.borrow();
+            match q.iter().find(|b| b.id == batch_id) {
+                Some(b) => b.names(),
+                None => return Ok(()),
+            }
+        };
+        let guard = self.lock.lock().await;
+        self.queue.borrow_mut().retain(|b| b.id != batch_id);
+        let mut ops = vec![WriteOp::Delete {
+            store: Store::Mutations,
+            key: Key::Number(batch_id as f64),
+        }];
+        let mut changed = Vec::new();
+        for n in names {
+            let key = document_key(&n);
+            let read = self.store.read().await?;
+            let base = match read.get_remote(&key).await? {
+                Some(b) => decode_remote(&b)?,
+                None => fetch(&read, &n).await?,
+            };
+            let old = fetch(&read, &n).await?;
+            drop(read);
+            let rebuilt = self.rebuild(&n, base)?;
+            self.doc_ops(&n, old.as_ref(), rebuilt.as_ref(), &mut ops)?;
+            if !self.has_pending(&n) {
+                ops.push(WriteOp::Delete {
+                    store: Store::Remote,
+                    key: Key::Bytes(key),
+                });
+            }
+            changed.push((n, rebuilt));
+        }
+        self.store.write(ops).await?;
+        drop(guard);
+        self.local_changed(&changed).await;
+        if let Some(w) = self.waiters.borrow_mut().remove(&batch_id) {
+            for settle in w {
+                settle(Err(error.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-applies the pending batches touching `name` over the server `base`.
+    fn rebuild(
+        &self,
+        name: &DocumentName,
+        base: Option<Document>,
+    ) -> Result<Option<Document>, ClientError> {
+        let ctx = ApplyContext {
+            commit_version: 0,
+            commit_time: Timestamp::from_micros(now_micros())
+                .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
+        };
+        let mut doc = base;
+        for b in self.queue.borrow().iter() {
+            for m in b.mutations.iter().filter(|m| m.name == *name) {
+                // A pending mutation that no longer applies (e.g. its precondition) is left to
+                // the relay to refuse; locally the document keeps its prior state.
+                if let Ok(d) = m.apply(doc.as_ref(), &ctx) {
+                    doc = d;
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    /// Server states of documents (from a listen or a read) enter the local view.
+    pub async fn server_documents(
+        self: &Rc<Self>,
+        docs: Vec<(DocumentName, Option<Document>)>,
+    ) -> Result<(), ClientError> {
+        if docs.is_empty() {
+            return Ok(());
+        }
+        let guard = self.lock.lock().await;
+        let mut ops = Vec::new();
+        let mut changed = Vec::new();
+        {
+            let read = self.store.read().await?;
+            for (name, server) in docs {
+                let old = fetch(&read, &name).await?;
+                let local = if self.has_pending(&name) {
+                    ops.push(WriteOp::Put {
+                        store: Store::Remote,
+                        key: Key::Bytes(document_key(&name)),
+                        value: encode_remote(server.as_ref())?,
+                    });
+                    self.rebuild(&name, server)?
+                } else {
+                    server
+                };
+                if old != local {
+                    self.doc_ops(&name, old.as_ref(), local.as_ref(), &mut ops)?;
+                    changed.push((name, local));
+                }
+            }
+        }
+        self.store.write(ops).await?;
+        drop(guard);
+        self.local_changed(&changed).await;
+        Ok(())
+    }
+
+    /// Runs a query over the local view.
+    pub async fn query(&self, q: &Query) -> Result<Vec<Document>, ClientError> {
+        let read = self.store.read().await?;
+        let catalog = self.catalog.borrow().clone();
+        Ok(run_query(&read, &catalog, q).await?)
+    }
+
+    pub async fn aggregate(
+        &self,
+        q: &Query,
+        aggs: &[Aggregation],
+    ) -> Result<Vec<Value>, ClientError> {
+        let read = self.store.read().await?;
+        let catalog = self.catalog.borrow().clone();
+        Ok(run_aggregation(&read, &catalog, q, aggs).await?)
+    }
+
+    pub async fn get_document(&self, name: &DocumentName) -> Result<Option<Document>, ClientError> {
+        self.local_doc(name).await
+    }
+
+    pub fn is_pending(&self, name: &DocumentName) -> bool {
+        self.has_pending(name)
+    }
+
+    /// Starts a query listener; the first snapshot comes from the local view at once.
+    pub async fn listen_query(
+        self: &Rc<Self>,
+        q: Query,
+        include_metadata: bool,
+        callback: Callback,
+    ) -> Result<u64, ClientError> {
+        let q = validate(&q)?;
+        let docs = self.query(&q).await?;
+        let id = self.next_listener.get();
+        self.next_listener.set(id + 1);
+        let view = View::new(q.clone(), Vec::new());
+        self.listeners.borrow_mut().insert(
+            id,
+            Listener {
+                watched: Watched::Query(view),
+                callback,
+                include_metadata,
+                target: None,
+                last_meta: None,
+            },
+        );
+        self.reset_query_listener(id, docs);
+        if let Some(l) = self.on_listen.borrow().as_ref() {
+            l(id, &q);
+        }
+        self.flush();
+        Ok(id)
+    }
+
+    /// Starts a document listener.
+    pub async fn listen_document(
+        self: &Rc<Self>,
+        name: DocumentName,
+        include_metadata: bool,
+        callback: Callback,
+    ) -> Result<u64, ClientError> {
+        let doc = self.local_doc(&name).await?;
+        let id = self.next_listener.get();
+        self.next_listener.set(id + 1);
+        self.listeners.borrow_mut().insert(
+            id,
+            Listener {
+                watched: Watched::Document(name.clone(), doc.clone()),
+                callback: callback.clone(),
+                include_metadata,
+                target: None,
+                last_meta: None,
+            },
+        );
+        let pending = self.has_pending(&name);
+        let from_cache = true;
+        self.listeners
+            .borrow_mut()
+            .get_mut(&id)
+            .expect("inserted")
+            .last_meta = Some((from_cache, pending));
+        self.outbox.borrow_mut().push((
+            callback,
+            ListenEvent::Document {
+                name: name.clone(),
+                doc,
+                from_cache,
+                has_pending_writes: pending,
+            },
+        ));
+        if let Some(l) = self.on_listen.borrow().as_ref() {
+            let q = Query::collection(name.parent()).where_(
+                "__name__",
+                crate::core::query::model::Operator::Equal,
+                Value::Reference(name.clone()),
+            );
+            l(id, &q);
+        }
+        self.flush();
+        Ok(id)
+    }
+
+    pub fn unlisten(&self, id: u64) {
+        if self.listeners.borrow_mut().remove(&id).is_some() {
+            if let Some(u) = self.on_unlisten.borrow().as_ref() {
+                u(id);
+            }
+        }
+    }
+
+    /// The sync layer bound listener `id` to relay target `target` (or unbound it).
+    pub fn bind_target(&self, id: u64, target: Option<u32>) {
+        if let Some(l) = self.listeners.borrow_mut().get_mut(&id) {
+            l.target = target;
+        }
+    }
+
+    fn reset_query_listener(&self, id: u64, docs: Vec<Document>) {
+        let mut ls = self.listeners.borrow_mut();
+        let Some(l) = ls.get_mut(&id) else { return };
+        let Watched::Query(view) = &mut l.watched else {
+            return;
+        };
+        let changes = view.reset(docs);
+        let snapshot_docs = view.documents().to_vec();
+        let first = l.last_meta.is_none();
+        let from_cache = !l
+            .target
+            .is_some_and(|t| self.current_targets.borrow().contains(&t) && self.online.get());
+        let pending: Vec<bool> = snapshot_docs
+            .iter()
+            .map(|d| self.has_pending(&d.name))
+            .collect();
+        let has_pending_writes = pending.iter().any(|p| *p);
+        let meta = (from_cache, has_pending_writes);
+        if first || !changes.is_empty() || (l.include_metadata && l.last_meta != Some(meta)) {
+            l.last_meta = Some(meta);
+            self.outbox.borrow_mut().push((
+                l.callback.clone(),
+                ListenEvent::Query {
+                    docs: snapshot_docs,
+                    pending,
+                    changes,
+                    from_cache,
+                    has_pending_writes,
+                },
+            ));
+        }
+    }
+
+    /// Re-evaluates every listener after documents changed locally; queues callbacks.
+    async fn local_changed(self: &Rc<Self>, changed: &[(DocumentName, Option<Document>)]) {
+        if changed.is_empty() {
+            return;
+        }
+        let mut refill = Vec::new();
+        {
+            let mut ls = self.listeners.borrow_mut();
+            for (id, l) in ls.iter_mut() {
+                match &mut l.watched {
+                    Watched::Query(view) => {
+                        let before = view.documents().to_vec();
+                        let mut needs = false;
+                        for (name, doc) in changed {
+                            needs |= view.apply(name, doc.as_ref()).needs_refill;
+                        }
+                        if needs {
+                            refill.push(*id);
+                            continue;
+                        }
+                        let changes = diff(&before, view.documents());
+                        let docs = view.documents().to_vec();
+                        let pending: Vec<bool> =
+                            docs.iter().map(|d| self.has_pending(&d.name)).collect();
+                        let has_pending_writes = pending.iter().any(|p| *p);
+                        let from_cache = !l.target.is_some_and(|t| {
+                            self.current_targets.borrow().contains(&t) && self.online.get()
+                        });
+                        let meta = (from_cache, has_pending_writes);
+                        let touched = changed
+                            .iter()
+                            .any(|(n, _)| docs.iter().any(|d| d.name == *n));
+                        if !changes.is_empty()
+                            || (touched && l.last_meta != Some(meta))
+                            || (l.include_metadata && l.last_meta != Some(meta))
+                        {
+                            l.last_meta = Some(meta);
+                            self.outbox.borrow_mut().push((
+                                l.callback.clone(),
+                                ListenEvent::Query {
+                                    docs,
+                                    pending,
+                                    changes,
+                                    from_cache,
+                                    has_pending_writes,
+                                },
+                            ));
+                        }
+                    }
+                    Watched::Document(name, current) => {
+                        if let Some((_, doc)) = changed.iter().find(|(n, _)| n == name) {
+                            let pending = self.has_pending(name);
+                            let from_cache = !l.target.is_some_and(|t| {
+                                self.current_targets.borrow().contains(&t) && self.online.get()
+                            });
+                            let meta = (from_cache, pending);
+                            if *current != *doc || l.last_meta != Some(meta) {
+                                *current = doc.clone();
+                                l.last_meta = Some(meta);
+                                self.outbox.borrow_mut().push((
+                                    l.callback.clone(),
+                                    ListenEvent::Document {
+                                        name: name.clone(),
+                                        doc: doc.clone(),
+                                        from_cache,
+                                        has_pending_writes: pending,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for id in refill {
+            let q = match self.listeners.borrow().get(&id) {
+                Some(Listener {
+                    watched: Watched::Query(v),
+                    ..
+                }) => v.query().clone(),
+                _ => continue,
+            };
+            match self.query(&q).await {
+                Ok(docs) => self.reset_query_listener(id, docs),
+                Err(e) => self.fail_listener(id, e),
+            }
+        }
+        if let Some(hook) = self.on_local_change.borrow().as_ref() {
+            let names: Vec<DocumentName> = changed.iter().map(|(n, _)| n.clone()).collect();
+            hook(&names);
+        }
+        self.flush();
+    }
+
+    fn fail_listener(&self, id: u64, e: ClientError) {
+        if let Some(l) = self.listeners.borrow_mut().remove(&id) {
+            self.outbox
+                .borrow_mut()
+                .push((l.callback, ListenEvent::Error(e)));
+        }
+    }
+
+    /// A relay target failed (e.g. a missing index on the relay, or permission).
+    pub fn target_failed(&self, target: u32, e: ClientError) {
+        let ids: Vec<u64> = self
+            .listeners
+            .borrow()
+            .iter()
+            .filter(|(_, l)| l.target == Some(target))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.fail_listener(id, e.clone());
+        }
+        self.flush();
+    }
+
+    /// Relay targets became consistent (a Snapshot): listeners raise `fromCache: false`.
+    pub fn targets_current(&self, targets: &[u32]) {
+        self.current_targets
+            .borrow_mut()
+            .extend(targets.iter().copied());
+        self.refresh_metadata();
+    }
+
+    /// The connection went up or down: `fromCache` changes for every listener.
+    pub fn set_online(&self, online: bool) {
+        self.online.set(online);
+        if !online {
+            self.current_targets.borrow_mut().clear();
+        }
+        self.refresh_metadata();
+    }
+
+    fn refresh_metadata(&self) {
+        {
+            let mut ls = self.listeners.borrow_mut();
+            for l in ls.values_mut() {
+                let from_cache = !l.target.is_some_and(|t| {
+                    self.current_targets.borrow().contains(&t) && self.online.get()
+                });
+                match &l.watched {
+                    Watched::Query(view) => {
+                        let docs = view.documents().to_vec();
+                        let pending: Vec<bool> =
+                            docs.iter().map(|d| self.has_pending(&d.name)).collect();
+                        let has_pending_writes = pending.iter().any(|p| *p);
+                        let meta = (from_cache, has_pending_writes);
+                        if l.last_meta != Some(meta) {
+                            l.last_meta = Some(meta);
+                            self.outbox.borrow_mut().push((
+                                l.callback.clone(),
+                                ListenEvent::Query {
+                                    docs,
+                                    pending,
+                                    changes: Vec::new(),
+                                    from_cache,
+                                    has_pending_writes,
+                                },
+                            ));
+                        }
+                    }
+                    Watched::Document(name, doc) => {
+                        let pending = self.has_pending(name);
+                        let meta = (from_cache, pending);
+                        if l.last_meta != Some(meta) {
+                            l.last_meta = Some(meta);
+                            self.outbox.borrow_mut().push((
+                                l.callback.clone(),
+                                ListenEvent::Document {
+                                    name: name.clone(),
+                                    doc: doc.clone(),
+                                    from_cache,
+                                    has_pending_writes: pending,
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Another tab changed these documents: re-read them and raise listeners.
+    pub async fn external_change(self: &Rc<Self>, names: Vec<DocumentName>) {
+        let mut changed = Vec::new();
+        for n in names {
+            if let Ok(d) = self.local_doc(&n).await {
+                changed.push((n, d));
+            }
+        }
+        // The other tab's queue may have changed too.
+        if let Ok(rows) = self.store.all(Store::Mutations).await {
+            let mut queue = Vec::new();
+            for (k, v) in rows {
+                let id = u64::from_be_bytes(
+                    k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]),
+                );
+                if let Ok(b) = Batch::decode(id, &v) {
+                    queue.push(b);
+                }
+            }
+            queue.sort_by_key(|b| b.id);
+            *self.queue.borrow_mut() = queue;
+        }
+        self.local_changed_without_broadcast(changed).await;
+    }
+
+    async fn local_changed_without_broadcast(
+        self: &Rc<Self>,
+        changed: Vec<(DocumentName, Option<Document>)>,
+    ) {
+        let hook = self.on_local_change.borrow_mut().take();
+        self.local_changed(&changed).await;
+        *self.on_local_change.borrow_mut() = hook;
+    }
+
+    /// Runs queued callbacks. Called only when no engine borrow is held.
+    pub fn flush(&self) {
+        loop {
+            let batch: Vec<(Callback, ListenEvent)> =
+                std::mem::take(&mut *self.outbox.borrow_mut());
+            if batch.is_empty() {
+                return;
+            }
+            for (cb, ev) in batch {
+                cb(ev);
+            }
+        }
+    }
+
+    /// Resolves when every batch written before the call is acknowledged.
+    pub fn wait_for_pending(&self, settle: Settle) {
+        let last = self.queue.borrow().last().map(|b| b.id);
+        match last {
+            None => settle(Ok(0)),
+            Some(id) => self
+                .waiters
+                .borrow_mut()
+                .entry(id)
+                .or_default()
+                .push(settle),
+        }
+    }
+
+    /// Rejects every waiting write promise (the database closed).
+    pub fn close(&self) {
+        for (_, ws) in self.waiters.borrow_mut().drain() {
+            for settle in ws {
+                settle(Err(ClientError::new("unavailable", "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")));
+            }
+        }
+        self.listeners.borrow_mut().clear();
+        self.store.close();
+    }
+}
+
+/// A server base document: present (encoded) or absent (one zero byte).
+fn encode_remote(doc: Option<&Document>) -> Result<Vec<u8>, ClientError> {
+    match doc {
+        Some(d) => {
+            let mut v = vec![1u8];
+            v.extend(encode_document(d).map_err(|e| ClientError::invalid(e.to_string()))?);
+            Ok(v)
+        }
+        None => Ok(vec![0u8]),
+    }
+}
+
+fn decode_remote(b: &[u8]) -> Result<Option<Document>, ClientError> {
+    match b.split_first() {
+        Some((1, rest)) => decode_document(rest)
+            .map(Some)
+            .map_err(|e| ClientError::new("data-loss", e.to_string())),
+        _ => Ok(None),
+    }
+}

@@ -1,0 +1,569 @@
+//! The client's persistence: one IndexedDB database per Hearth database, holding the local
+//! view of documents and its index entries, the server base of documents with pending
+//! writes, the mutation queue, the listen targets and client metadata.
+//!
+//! # Schema (version 1, [`SCHEMA_VERSION`])
+//!
+//! The IndexedDB database of the Hearth database `<name>` is named `hearth:<name>`. Every
+//! object store has out-of-line keys and no key generator, and holds keys of one type only:
+//!
+//! ```text
+//! store      key (type)                        value
+//! documents  document key (binary)             encoded document (core::encoding::document)
+//! index      index entry key (binary)          0 (an empty value)
+//! remote     document key (binary)             the server's version of a document with
+//!                                              pending writes (engine's encoding; its
+//!                                              "absent on the server" marker included)
+//! mutations  batch id (number)                 encoded mutation batch (engine's format)
+//! targets    target id (number)                encoded query + resume version (engine's)
+//! meta       name (string)                     bytes: client id, last batch id, index
+//!                                              definitions JSON, schema/app version, LRU
+//! ```
+//!
+//! - Binary keys are written as `Uint8Array`s, which IndexedDB compares byte by byte: the
+//!   order of `documents` and `index` is exactly the core's `memcmp` order (`core::kv`).
+//!   Keys read back arrive as `ArrayBuffer`s.
+//! - Numeric keys are ids: integers in `[0, 2^53]`. [`IdbStore::all`] returns them as the
+//!   8 big-endian bytes of the integer, so byte order is numeric order.
+//! - Values are `Uint8Array`s with their own buffer; an empty value is stored as the number
+//!   `0` and reads back as empty bytes.
+//!
+//! # Upgrades
+//!
+//! [`upgrade`] runs inside `upgradeneeded` and applies every step from the stored version to
+//! [`SCHEMA_VERSION`], one `if old < n` block per version; a new version adds a block and
+//! never edits an old one. An open connection closes itself on `versionchange`, so another
+//! tab running a newer version can upgrade; an open that other connections still block
+//! [`BLOCKED_GRACE_MS`] after the `blocked` event fails with `failed-precondition` instead
+//! of waiting. A database written by a newer version
+//! (`VersionError`) fails with `failed-precondition` too.
+//!
+//! # Transactions
+//!
+//! [`IdbStore::write`] applies a batch of [`WriteOp`]s in one readwrite transaction with
+//! `durability: "strict"` and returns once it completes: the batch is then on disk, all of
+//! it or (on any failure, quota included) none of it. [`IdbStore::read`] gives an [`IdbRead`]
+//! over one readonly transaction; see there for what its snapshot guarantees.
+
+mod events;
+mod js;
+mod read;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use js_sys::Array;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{Event, IdbDatabase, IdbKeyRange, IdbObjectStore, IdbTransaction};
+
+use self::events::{OpenEvents, OpenOutcome, RequestEvents, TxEvents};
+use crate::client::error::ClientError;
+use crate::core::kv::KeyRange;
+
+pub use self::read::{IdbRead, ScanMethod};
+
+/// The schema version this build writes; see the module doc.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The IndexedDB database name of the Hearth database `name`.
+pub fn database_name(name: &str) -> String {
+    format!("hearth:{name}")
+}
+
+/// An object store of the schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Store {
+    Documents,
+    Index,
+    Remote,
+    Mutations,
+    Targets,
+    Meta,
+}
+
+impl Store {
+    pub const ALL: [Store; 6] = [
+        Store::Documents,
+        Store::Index,
+        Store::Remote,
+        Store::Mutations,
+        Store::Targets,
+        Store::Meta,
+    ];
+
+    /// The object store's name in IndexedDB.
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Documents => "documents",
+            Store::Index => "index",
+            Store::Remote => "remote",
+            Store::Mutations => "mutations",
+            Store::Targets => "targets",
+            Store::Meta => "meta",
+        }
+    }
+
+    /// The one kind of key the store holds.
+    fn key_kind(self) -> &'static str {
+        match self {
+            Store::Documents | Store::Index | Store::Remote => "bytes",
+            Store::Mutations | Store::Targets => "number",
+            Store::Meta => "text",
+        }
+    }
+}
+
+/// A key of a store: bytes for documents, index entries and remote documents; a number
+/// (an id: an integer in `[0, 2^53]`) for mutations and targets; text for meta.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Key {
+    Bytes(Vec<u8>),
+    Number(f64),
+    Text(String),
+}
+
+impl Key {
+    fn kind(&self) -> &'static str {
+        match self {
+            Key::Bytes(_) => "bytes",
+            Key::Number(_) => "number",
+            Key::Text(_) => "text",
+        }
+    }
+}
+
+/// One change of a [`IdbStore::write`] batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOp {
+    Put {
+        store: Store,
+        key: Key,
+        value: Vec<u8>,
+    },
+    Delete {
+        store: Store,
+        key: Key,
+    },
+    /// Deletes the binary keys in `[start, end)`; nothing when `start == end`. IndexedDB
+    /// refuses `start > end` (`invalid-argument`, and the batch is not applied).
+    DeleteRange {
+        store: Store,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
+}
+
+impl WriteOp {
+    fn store(&self) -> Store {
+        match self {
+            WriteOp::Put { store, .. }
+            | WriteOp::Delete { store, .. }
+            | WriteOp::DeleteRange { store, .. } => *store,
+        }
+    }
+
+    /// Checks the key against the store's key type before any transaction starts.
+    fn check(&self) -> Result<(), String> {
+        let store = self.store();
+        let key = match self {
+            WriteOp::Put { key, .. } | WriteOp::Delete { key, .. } => key,
+            WriteOp::DeleteRange { .. } => {
+                return match store.key_kind() {
+                    "bytes" => Ok(()),
+                    kind => Err(format!(
+                        "a range delete needs binary keys, but `{}` has {kind} keys",
+                        store.name()
+                    )),
+                };
+            }
+        };
+        if key.kind() != store.key_kind() {
+            return Err(format!(
+                "`{}` has {} keys, not {}",
+                store.name(),
+                store.key_kind(),
+                key.kind()
+            ));
+        }
+        match key {
+            Key::Number(n) if !js::is_id(*n) => Err(format!(
+                "numeric key {n} of `{}` is not an id (an integer in [0, 2^53])",
+                store.name()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Tuning knobs, exposed for the benchmarks in the browser tests.
+#[derive(Clone, Copy, Debug)]
+struct Tuning {
+    scan: ScanMethod,
+    strict: bool,
+}
+
+/// The connection and what every handle shares.
+struct Inner {
+    /// The open connection; closed on `close`, drop, or another context's `versionchange`.
+    db: IdbDatabase,
+    /// The Hearth database name, for messages.
+    name: String,
+    /// Set when the connection was closed, so later calls report why instead of IndexedDB's
+    /// bare `InvalidStateError`. Shared with the `versionchange` handler.
+    closed: Rc<Cell<Closed>>,
+    /// Closes the connection when another context upgrades or deletes the database.
+    _on_version_change: Closure<dyn FnMut(Event)>,
+    /// Whether `IDBObjectStore.getAllRecords` exists (IndexedDB 3.0).
+    has_get_all_records: bool,
+    tuning: Cell<Tuning>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Open,
+    ByCaller,
+    ByVersionChange,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.db.set_onversionchange(None);
+        self.db.close();
+    }
+}
+
+/// The client's IndexedDB database. Clones share one connection.
+#[derive(Clone)]
+pub struct IdbStore {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for IdbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdbStore")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Creates and migrates the schema inside `upgradeneeded`: every step from `old` (0 for a new
+/// database) up to `new`.
+fn upgrade(db: &IdbDatabase, _tx: &IdbTransaction, old: u32, new: u32) -> Result<(), JsValue> {
+    if old < 1 && new >= 1 {
+        for store in Store::ALL {
+            db.create_object_store(store.name())?;
+        }
+    }
+    // Later versions: `if old < 2 && new >= 2 { ... }`, using `_tx` to read and rewrite data.
+    Ok(())
+}
+
+impl IdbStore {
+    /// Opens (creating or upgrading) the database of the Hearth database `name`.
+    pub async fn open(name: &str) -> Result<IdbStore, ClientError> {
+        IdbStore::open_with_version(name, SCHEMA_VERSION).await
+    }
+
+    /// Opens at a given schema version. For tests of the upgrade path only: versions above
+    /// [`SCHEMA_VERSION`] run no migration steps.
+    #[doc(hidden)]
+    pub async fn open_with_version(name: &str, version: u32) -> Result<IdbStore, ClientError> {
+        let what = format!("opening the local database {name:?}");
+        let request = js::factory()?
+            .open_with_u32(&database_name(name), version)
+            .map_err(|e| js::idb_error(&what, &e))?;
+        let events = OpenEvents::new(request, Some(upgrade));
+        let db: IdbDatabase = match events.outcome(BLOCKED_GRACE_MS).await {
+            OpenOutcome::Success(db) => db.unchecked_into(),
+            OpenOutcome::Error(e) => return Err(js::idb_error(&what, &e)),
+            OpenOutcome::Blocked => {
+                return Err(ClientError::new(
+                    "failed-precondition",
+                    format!(
+                        "{what}: another tab or window holds the database open with an older \
+                         version of the app and does not release it; close the other tabs of \
+                         this app and reload"
+                    ),
+                ))
+            }
+        };
+        drop(events);
+        let names = db.object_store_names();
+        if let Some(missing) = Store::ALL.iter().find(|s| !names.contains(s.name())) {
+            db.close();
+            return Err(ClientError::new(
+                "data-loss",
+                format!(
+                    "{what}: object store `{}` is missing; the database was not created by \
+                     Hearth",
+                    missing.name()
+                ),
+            ));
+        }
+        let closed = Rc::new(Cell::new(Closed::Open));
+        let on_version_change = {
+            let (db, closed) = (db.clone(), closed.clone());
+            Closure::<dyn FnMut(Event)>::new(move |_: Event| {
+                db.close();
+                closed.set(Closed::ByVersionChange);
+            })
+        };
+        db.set_onversionchange(Some(on_version_change.as_ref().unchecked_ref()));
+        Ok(IdbStore {
+            inner: Rc::new(Inner {
+                db,
+                name: name.to_owned(),
+                closed,
+                _on_version_change: on_version_change,
+                has_get_all_records: js::has_get_all_records(),
+                tuning: Cell::new(Tuning {
+                    scan: ScanMethod::Auto,
+                    strict: true,
+                }),
+            }),
+        })
+    }
+
+    /// Deletes the database of the Hearth database `name` (`clearPersistence`). Connections
+    /// of this build close themselves when asked; if another one stays open the call fails
+    /// with `failed-precondition` and the deletion happens once that connection closes.
+    pub async fn delete(name: &str) -> Result<(), ClientError> {
+        let what = format!("deleting the local database {name:?}");
+        let request = js::factory()?
+            .delete_database(&database_name(name))
+            .map_err(|e| js::idb_error(&what, &e))?;
+        let events = OpenEvents::new(request, None);
+        match events.outcome(BLOCKED_GRACE_MS).await {
+            OpenOutcome::Success(_) => Ok(()),
+            OpenOutcome::Error(e) => Err(js::idb_error(&what, &e)),
+            OpenOutcome::Blocked => Err(ClientError::new(
+                "failed-precondition",
+                format!(
+                    "{what}: another tab or window holds the database open; it will be deleted \
+                     once the other tabs of this app are closed"
+                ),
+            )),
+        }
+    }
+
+    /// Closes the connection (for every clone) once running transactions finish; later calls
+    /// fail with `failed-precondition`.
+    pub fn close(&self) {
+        self.inner.closed.set(Closed::ByCaller);
+        self.inner.db.close();
+    }
+
+    /// The Hearth database name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// A read view over `documents`, `index`, `remote` and `meta`.
+    pub async fn read(&self) -> Result<IdbRead, ClientError> {
+        let tx = self.read_tx().map_err(|e| self.error("reading", &e))?;
+        Ok(IdbRead::new(self.clone(), tx))
+    }
+
+    /// Applies `ops` in order in one readwrite transaction, and returns once it has completed
+    /// (durably). On any failure nothing is applied: `invalid-argument` for a key of the wrong
+    /// type (checked first) or a key IndexedDB refuses, `resource-exhausted` when the quota is
+    /// exceeded.
+    pub async fn write(&self, ops: Vec<WriteOp>) -> Result<(), ClientError> {
+        const WHAT: &str = "writing to the local database";
+        for (i, op) in ops.iter().enumerate() {
+            op.check()
+                .map_err(|m| ClientError::invalid(format!("{WHAT}: operation {i}: {m}")))?;
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut scope: Vec<Store> = ops.iter().map(WriteOp::store).collect();
+        scope.sort();
+        scope.dedup();
+        let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
+        let durability = if self.inner.tuning.get().strict {
+            "strict"
+        } else {
+            "relaxed"
+        };
+        let options = js::object(&[("durability", &JsValue::from_str(durability))]);
+        let tx = self
+            .check_open()
+            .and_then(|()| {
+                js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
+            })
+            .map_err(|e| self.error(WHAT, &e))?;
+        let events = TxEvents::new(&tx);
+        if let Err((i, e)) = apply(&tx, &scope, &ops) {
+            // A request that could not even be made: undo the ones made before it.
+            let _ = tx.abort();
+            let _ = events.done().await;
+            return Err(self.error(&format!("{WHAT}: operation {i}"), &e));
+        }
+        events.done().await.map_err(|e| self.error(WHAT, &e))
+    }
+
+    /// A value of `meta`.
+    pub async fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>, ClientError> {
+        self.read().await?.get_meta(key).await
+    }
+
+    /// Every row of `store` in key order, keys as bytes (numeric keys as 8 big-endian bytes,
+    /// text keys as UTF-8). Meant for the small stores read at start (mutations, targets).
+    pub async fn all(&self, store: Store) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ClientError> {
+        let what = format!("reading `{}`", store.name());
+        let err = |e: JsValue| self.error(&what, &e);
+        let os = self
+            .check_open()
+            .and_then(|()| {
+                self.inner
+                    .db
+                    .transaction_with_str(store.name())
+                    .and_then(|tx| tx.object_store(store.name()))
+            })
+            .map_err(err)?;
+        // Both requests in one transaction see the same rows, in the same order.
+        let keys = RequestEvents::new(os.get_all_keys().map_err(err)?);
+        let values = RequestEvents::new(os.get_all().map_err(err)?);
+        let keys: Array = keys.next().await.map_err(err)?.unchecked_into();
+        let values: Array = values.next().await.map_err(err)?.unchecked_into();
+        let mut rows = Vec::with_capacity(keys.length() as usize);
+        for i in 0..keys.length() {
+            let key = js::key_bytes(&keys.get(i))
+                .map_err(|m| ClientError::new("data-loss", format!("{what}: {m}")))?;
+            rows.push((key, js::to_bytes(&values.get(i))));
+        }
+        Ok(rows)
+    }
+
+    /// The bytes of keys and values in `documents` and `index`, for the cache budget. Reads
+    /// both stores in pages of [`ESTIMATE_PAGE`] rows.
+    pub async fn estimate_bytes(&self) -> Result<u64, ClientError> {
+        let read = self.read().await?;
+        let mut total = 0u64;
+        for store in [Store::Documents, Store::Index] {
+            let mut range = KeyRange::default();
+            loop {
+                let rows = read
+                    .scan_raw(store, &range, false, ESTIMATE_PAGE)
+                    .await
+                    .map_err(|e| self.error(&format!("measuring `{}`", store.name()), &e))?;
+                total += rows
+                    .iter()
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum::<u64>();
+                match rows.last() {
+                    Some((last, _)) if rows.len() == ESTIMATE_PAGE => {
+                        // The smallest key after `last`.
+                        range.start = last.clone();
+                        range.start.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Sets how [`IdbRead`] scans; for benchmarks.
+    #[doc(hidden)]
+    pub fn set_scan_method(&self, method: ScanMethod) {
+        let t = self.inner.tuning.get();
+        self.inner.tuning.set(Tuning { scan: method, ..t });
+    }
+
+    /// Sets whether writes use `durability: "strict"` (the default) or `"relaxed"`; for
+    /// benchmarks.
+    #[doc(hidden)]
+    pub fn set_strict_durability(&self, strict: bool) {
+        let t = self.inner.tuning.get();
+        self.inner.tuning.set(Tuning { strict, ..t });
+    }
+
+    /// Whether this browser has `IDBObjectStore.getAllRecords`.
+    #[doc(hidden)]
+    pub fn has_get_all_records(&self) -> bool {
+        self.inner.has_get_all_records
+    }
+
+    /// A readonly transaction over the stores [`IdbRead`] reads.
+    fn read_tx(&self) -> Result<IdbTransaction, JsValue> {
+        self.check_open()?;
+        let names: Array = [Store::Documents, Store::Index, Store::Remote, Store::Meta]
+            .iter()
+            .map(|s| JsValue::from_str(s.name()))
+            .collect();
+        self.inner.db.transaction_with_str_sequence(&names)
+    }
+
+    fn check_open(&self) -> Result<(), JsValue> {
+        match self.inner.closed.get() {
+            Closed::Open => Ok(()),
+            _ => Err(JsValue::from_str(CLOSED)),
+        }
+    }
+
+    /// The client error for a failure of `what`, explaining a closed connection.
+    fn error(&self, what: &str, e: &JsValue) -> ClientError {
+        match self.inner.closed.get() {
+            Closed::Open => js::idb_error(what, e),
+            Closed::ByCaller => ClientError::new(
+                "failed-precondition",
+                format!("{what}: the local database {:?} is closed", self.inner.name),
+            ),
+            Closed::ByVersionChange => ClientError::new(
+                "failed-precondition",
+                format!(
+                    "{what}: the local database {:?} was closed so that it could be upgraded \
+                     (by another tab running a newer version) or deleted; reload the page",
+                    self.inner.name
+                ),
+            ),
+        }
+    }
+}
+
+/// How long an open or delete may stay blocked before it fails with `failed-precondition`.
+/// IndexedDB fires `blocked` as soon as another connection is still open after
+/// `versionchange`, including one that is closing but finishing a transaction; a tab that
+/// ignores `versionchange` (an old version of the app) never closes.
+pub const BLOCKED_GRACE_MS: i32 = 1000;
+
+/// Rows per request when [`IdbStore::estimate_bytes`] walks a store.
+const ESTIMATE_PAGE: usize = 1000;
+
+/// Marker error of a call on a closed connection (replaced by [`IdbStore::error`]).
+const CLOSED: &str = "closed";
+
+/// Makes the requests of `ops` on `tx` (whose scope is `scope`, sorted). The requests are not
+/// awaited: a failing one aborts the transaction, which the caller awaits. Returns the index
+/// and error of an operation whose request could not be made.
+fn apply(tx: &IdbTransaction, scope: &[Store], ops: &[WriteOp]) -> Result<(), (usize, JsValue)> {
+    let stores: Vec<IdbObjectStore> = scope
+        .iter()
+        .map(|s| tx.object_store(s.name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| (0, e))?;
+    let store_of = |s: Store| &stores[scope.binary_search(&s).expect("the scope has every store")];
+    for (i, op) in ops.iter().enumerate() {
+        let made = match op {
+            WriteOp::Put { store, key, value } => {
+                store_of(*store).put_with_key(&js::value(value), &js::key(key))
+            }
+            WriteOp::Delete { store, key } => store_of(*store).delete(&js::key(key)),
+            WriteOp::DeleteRange { start, end, .. } if start == end => continue,
+            WriteOp::DeleteRange { store, start, end } => {
+                IdbKeyRange::bound_with_lower_open_and_upper_open(
+                    &js::bytes(start),
+                    &js::bytes(end),
+                    false,
+                    true,
+                )
+                .and_then(|range| store_of(*store).delete(&range))
+            }
+        };
+        made.map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
