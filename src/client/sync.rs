@@ -85,6 +85,8 @@ pub struct Sync {
     writes: RefCell<HashMap<u64, u64>>,
     /// Resume versions loaded from IndexedDB, by encoded query.
     stored_resume: RefCell<HashMap<Vec<u8>, u64>>,
+    /// Resolvers of requests waiting for the connection to open.
+    open_waiters: RefCell<Vec<Function>>,
     /// The global `online`/`offline` handlers, alive as long as the database is open.
     online_handlers: RefCell<Vec<Closure<dyn FnMut(JsValue)>>>,
 }
@@ -124,6 +126,7 @@ impl Sync {
             writes: RefCell::new(HashMap::new()),
             stored_resume: RefCell::new(stored),
             online_handlers: RefCell::new(Vec::new()),
+            open_waiters: RefCell::new(Vec::new()),
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);
@@ -563,11 +566,31 @@ impl Sync {
         self.send(&ClientMessage::Unlisten { target_id });
     }
 
+    /// Waits up to `ms` for the connection to open (a request made while it is still
+    /// connecting should not fail); false when it did not.
+    pub async fn wait_open(&self, ms: f64) -> bool {
+        if self.open.get() {
+            return true;
+        }
+        if self.closed.get() || !self.enabled.get() {
+            return false;
+        }
+        let promise = js_sys::Promise::new(&mut |resolve, _| {
+            if let Some(id) = set_timeout(&resolve, ms) {
+                let _ = id;
+            }
+            self.open_waiters.borrow_mut().push(resolve);
+        });
+        let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+        self.open.get()
+    }
+
     /// Sends a request and awaits its reply.
     pub async fn request(
         &self,
         make: impl FnOnce(u64) -> ClientMessage,
     ) -> Result<ServerMessage, ClientError> {
+        self.wait_open(10_000.0).await;
         let request_id = self.next_request.get();
         self.next_request.set(request_id + 1);
         let (tx, rx) = futures_channel();

@@ -1,0 +1,195 @@
+// End-to-end tests of the npm package in headless Chromium against a real hearth-relay:
+// the seeds' web code, latency compensation, offline writes surviving a reload, two tabs,
+// rollback of refused writes, and local query errors. Run: node --test pkg-tests/e2e/
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startRelay, startServer, startBrowser } from './harness.mjs';
+
+let relay;
+let server;
+let browser;
+const page = () => browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
+
+before(async () => {
+  relay = await startRelay();
+  server = await startServer();
+  browser = await startBrowser();
+});
+
+after(async () => {
+  await browser?.stop();
+  await server?.stop();
+  await relay?.stop();
+});
+
+/** Opens a database in the page and keeps it as window.db. */
+async function open(p, name, extra = {}) {
+  await p.evaluate(async ({ name, url, extra }) => {
+    window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
+  }, { name, url: relay.url, extra });
+}
+
+test('seed 000: the instruments code runs unchanged and returns the seed results', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'seed000');
+  const lines = await p.evaluate(async () => {
+    const { seed000 } = await import('/pkg-tests/e2e/seed000.js');
+    return seed000(window.db, window.hearth.Timestamp);
+  });
+  const groups = {};
+  let current;
+  for (const l of lines) {
+    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice('doc = '.length)).symbol);
+  }
+  assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
+  assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
+  assert.deepEqual(groups['--- queryUSDInstruments: '], ['AAA', 'Index1 ETF']);
+  await p.close();
+});
+
+test('seed 000: the sharded variant runs unchanged', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'seed000sharded');
+  const lines = await p.evaluate(async () => {
+    const { seed000Sharded } = await import('/pkg-tests/e2e/seed000.js');
+    return seed000Sharded(window.db, window.hearth.Timestamp);
+  });
+  const docs = lines.filter((l) => l.startsWith('doc = ')).map((l) => JSON.parse(l.slice(6)));
+  assert.ok(docs.every((d) => ['x', 'y', 'z'].includes(d.shard)), JSON.stringify(docs));
+  const groups = {};
+  let current;
+  for (const l of lines) {
+    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice(6)).symbol);
+  }
+  assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
+  assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
+  // One sharded query in Hearth needs no client-side merging.
+  const one = await p.evaluate(async () => {
+    const snap = await window.db.collection('instruments').where('shard', 'in', ['x', 'y', 'z'])
+      .where('exchange', '==', 'EXCHG1').orderBy('timestamp', 'desc').limit(5).get();
+    return snap.docs.map((d) => d.data().symbol);
+  });
+  assert.deepEqual(one, ['AAA', 'Index1 ETF']);
+  await p.close();
+});
+
+test('seed 002: distributed counters count every increment', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'seed002');
+  const total = await p.evaluate(async () => {
+    const { counters } = await import('/pkg-tests/e2e/seed002.js');
+    const firebase = { firestore: { FieldValue: window.hearth.FieldValue } };
+    const { createCounter, incrementCounter, getCount } = counters(window.db, firebase);
+    const ref = window.db.collection('counters').doc('c1');
+    await createCounter(ref, 5);
+    await Promise.all(Array.from({ length: 40 }, () => incrementCounter(ref, 5)));
+    return getCount(ref);
+  });
+  assert.equal(total, 40);
+  await p.close();
+});
+
+test('a local write reaches listeners at once with pending writes, then acknowledged', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'latency');
+  const events = await p.evaluate(async () => {
+    const events = [];
+    const col = window.db.collection('items');
+    let acknowledged;
+    const done = new Promise((r) => { acknowledged = r; });
+    const stop = col.where('n', '>=', 1).onSnapshot({ includeMetadataChanges: true }, (s) => {
+      events.push({ size: s.size, pending: s.metadata.hasPendingWrites, cache: s.metadata.fromCache,
+        changes: s.docChanges().map((c) => c.type) });
+      if (s.size === 1 && !s.metadata.hasPendingWrites) acknowledged();
+    });
+    const t0 = performance.now();
+    const write = col.doc('a').set({ n: 5 });
+    const afterCall = events.length;
+    await write;
+    await done;
+    stop();
+    return { events, afterCall, ms: performance.now() - t0 };
+  });
+  const withDoc = events.events.filter((e) => e.size === 1);
+  assert.ok(withDoc.length >= 2, JSON.stringify(events));
+  assert.equal(withDoc[0].pending, true, 'the first snapshot with the write has pending writes');
+  assert.deepEqual(withDoc[0].changes, ['added']);
+  assert.equal(withDoc.at(-1).pending, false, 'then the acknowledged state');
+  await p.close();
+});
+
+test('a refused write rolls back, listeners re-fire, and the promise rejects with its code', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'rollback');
+  const r = await p.evaluate(async () => {
+    const ref = window.db.collection('c').doc('missing');
+    let err = null;
+    try {
+      await ref.update({ a: 1 });
+    } catch (e) { err = { code: e.code, message: e.message }; }
+    const snap = await ref.get({ source: 'cache' });
+    return { err, exists: snap.exists };
+  });
+  assert.equal(r.err?.code, 'not-found', JSON.stringify(r));
+  assert.equal(r.exists, false);
+  await p.close();
+});
+
+test('writes made offline survive a reload and reach the relay when back online', { timeout: 90000 }, async () => {
+  const p = await page();
+  await open(p, 'offline');
+  await p.evaluate(async () => {
+    await window.db.disableNetwork();
+    window.db.collection('notes').doc('n1').set({ text: 'written offline' });
+    // Durable locally before the page goes away.
+    await new Promise((r) => setTimeout(r, 300));
+  });
+  await p.reload();
+  await p.waitForFunction(() => window.hearthReady === true);
+  await open(p, 'offline');
+  const cached = await p.evaluate(async () => {
+    const s = await window.db.collection('notes').doc('n1').get({ source: 'cache' });
+    return { data: s.data(), pending: s.metadata.hasPendingWrites };
+  });
+  assert.deepEqual(cached.data, { text: 'written offline' });
+  assert.equal(cached.pending, true);
+  await p.evaluate(() => window.db.waitForPendingWrites());
+  // A second, fresh client reads it from the relay.
+  const q = await page();
+  await open(q, 'offline');
+  const server = await q.evaluate(async () => (await window.db.collection('notes').doc('n1').get({ source: 'server' })).data());
+  assert.deepEqual(server, { text: 'written offline' });
+  await p.close();
+  await q.close();
+});
+
+test('two clients see each other\'s writes live through the relay', { timeout: 60000 }, async () => {
+  const a = await page();
+  const b = await page();
+  await open(a, 'live');
+  await open(b, 'live');
+  await b.evaluate(() => {
+    window.seen = [];
+    window.db.collection('chat').orderBy('at').onSnapshot((s) => {
+      window.seen.push(s.docs.map((d) => d.data().text));
+    });
+  });
+  await a.evaluate(() => window.db.collection('chat').add({ text: 'hello', at: 1 }));
+  await b.waitForFunction(() => window.seen.some((x) => x.includes('hello')), null, { timeout: 20000 });
+  await a.close();
+  await b.close();
+});
+
+test('a query no index serves fails locally with failed-precondition naming the index', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'missingindex', { relay: undefined });
+  const err = await p.evaluate(async () => {
+    try {
+      await window.db.collection('instruments').where('exchange', '==', 'X').orderBy('symbol', 'desc').get({ source: 'cache' });
+      return null;
+    } catch (e) { return { code: e.code, message: e.message }; }
+  });
+  assert.equal(err?.code, 'failed-precondition');
+  assert.match(err.message, /"fieldPath": "symbol"/);
+  await p.close();
+});

@@ -1,0 +1,89 @@
+// Test harness: a real hearth-relay process, a static file server for the repository (so
+// pages load /pkg/hearth.js), and headless Chromium driven by playwright-core.
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, extname, normalize } from 'node:path';
+import { chromium } from 'playwright-core';
+
+export const root = new URL('../../', import.meta.url).pathname;
+
+/** Starts hearth-relay on a free loopback port with a fresh data directory. */
+export async function startRelay(extraArgs = []) {
+  const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
+  if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build --features relay --bin hearth-relay`);
+  const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
+  const proc = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', data,
+    '--indexes', join(root, 'pkg-tests/e2e/indexes.json'), '--heartbeat-ms', '500', ...extraArgs],
+  { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: 'warn' } });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  const addr = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`relay did not start: ${stderr}`)), 20000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on (\S+)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    proc.on('exit', (code) => reject(new Error(`relay exited ${code}: ${stderr}`)));
+  });
+  return {
+    url: `ws://${addr}`,
+    http: `http://${addr}`,
+    async stop() {
+      proc.kill('SIGTERM');
+      await new Promise((r) => { if (proc.exitCode !== null) r(); else proc.on('exit', r); });
+      rmSync(data, { recursive: true, force: true });
+    },
+  };
+}
+
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript',
+  '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
+
+/** Serves the repository read-only on a free loopback port. */
+export async function startServer() {
+  const server = createServer((req, res) => {
+    const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname));
+    if (path.includes('..')) { res.writeHead(400).end(); return; }
+    const file = join(root, path.endsWith('/') ? path + 'index.html' : path);
+    try {
+      const body = readFileSync(file);
+      res.writeHead(200, { 'content-type': types[extname(file)] || 'application/octet-stream',
+        'cache-control': 'no-store' });
+      res.end(body);
+    } catch {
+      res.writeHead(404).end('not found');
+    }
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return { origin: `http://127.0.0.1:${server.address().port}`, stop: () => new Promise((r) => server.close(r)) };
+}
+
+/** Launches headless Chromium with a fresh profile (the flags TOOLCHAIN.md requires). */
+export async function startBrowser() {
+  const profile = mkdtempSync(join(tmpdir(), 'hearth-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-dev-shm-usage'],
+  });
+  return {
+    context,
+    async page(path) {
+      const page = await context.newPage();
+      page.on('pageerror', (e) => console.error('page error:', e));
+      await page.goto(path);
+      await page.waitForFunction(() => window.hearthReady === true, null, { timeout: 30000 });
+      return page;
+    },
+    async stop() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
