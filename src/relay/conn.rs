@@ -29,7 +29,17 @@ use crate::core::kv::block_on_ready;
 use crate::core::protocol::codec::{decode_client, encode_server};
 use crate::core::protocol::{ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, PROTOCOL_VERSION};
 use crate::core::query::execute::{fetch, run_aggregation};
+use crate::core::query::model::Source;
 use crate::core::query::validate::{validate, QueryError};
+
+/// Whether document `name` can belong to a query over `source` (a resume never names
+/// documents of other collections).
+fn in_source(source: &Source, name: &crate::core::path::DocumentName) -> bool {
+    match source {
+        Source::Collection(c) => c.contains(name),
+        Source::CollectionGroup(g) => name.collection_id() == g,
+    }
+}
 
 #[derive(Clone)]
 struct AppState {
@@ -38,9 +48,9 @@ struct AppState {
     slots: Arc<Semaphore>,
 }
 
-/// The relay's routes: `/healthz`, `/metrics`, `/v1/ws`.
-pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>) -> Router {
-    let slots = Arc::new(Semaphore::new(relay.config.max_connections));
+/// The relay's routes: `/healthz`, `/metrics`, `/v1/ws`. `slots` caps connections; when all
+/// its permits are back, every connection has finished.
+pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>, slots: Arc<Semaphore>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -199,8 +209,11 @@ impl Connection {
             out: out.clone(),
             writes: tokio::task::JoinSet::new(),
         };
+        let overflow = out.overflow();
+        tokio::pin!(overflow);
         loop {
             tokio::select! {
+                _ = &mut overflow => break,
                 msg = stream.next() => {
                     match msg {
                         Some(Ok(Message::Binary(b))) => {
@@ -331,7 +344,7 @@ impl Connection {
                         }
                         Err(e) => {
                             attempt += 1;
-                            if attempt < 2 && self.relay.auto_index(&self.db, &e).await {
+                            if attempt < 8 && self.relay.auto_index(&self.db, &e).await {
                                 continue;
                             }
                             break error(request_id, 0, query_error_code(&e), e.to_string());
@@ -360,7 +373,7 @@ impl Connection {
                         }
                         Err(e) => {
                             attempt += 1;
-                            if attempt < 2 && self.relay.auto_index(&self.db, &e).await {
+                            if attempt < 8 && self.relay.auto_index(&self.db, &e).await {
                                 continue;
                             }
                             self.send(&error(0, target_id, query_error_code(&e), e.to_string()));
@@ -402,12 +415,14 @@ impl Connection {
         query: &crate::core::query::model::Query,
     ) -> Result<(Vec<crate::core::document::Document>, u64), QueryError> {
         let q = validate(query)?;
-        match self.relay.query_latest(&self.db, &q) {
-            Err(e) if self.relay.auto_index(&self.db, &e).await => {
-                self.relay.query_latest(&self.db, &q)
+        // An OR query may need several indexes: create them one by one.
+        for _ in 0..8 {
+            match self.relay.query_latest(&self.db, &q) {
+                Err(e) if self.relay.auto_index(&self.db, &e).await => continue,
+                other => return other,
             }
-            other => other,
         }
+        self.relay.query_latest(&self.db, &q)
     }
 
     fn aggregate(
@@ -495,6 +510,12 @@ impl Connection {
         resume: Option<u64>,
     ) -> Result<(), QueryError> {
         let q = validate(query)?;
+        if q.projection.is_some() {
+            return Err(QueryError::InvalidArgument(
+                "listens cannot use select(): a projected result cannot be kept in order as documents change; listen without select() or use a one-time query".into(),
+            ));
+        }
+        let source = q.source.clone();
         let relay = self.relay.clone();
         let db = self.db.clone();
         let store = self.relay.store.clone();
@@ -509,8 +530,12 @@ impl Connection {
                 Some(r) => {
                     let changed = store.snapshot().ok().and_then(|snap| {
                         let view = snap.database(&name);
-                        if r >= at {
+                        if r == at {
                             return Some(Vec::new());
+                        }
+                        if r > at {
+                            // A version this relay never had: the client's state is unknown.
+                            return None;
                         }
                         let oldest = view.oldest_change().ok()??;
                         if oldest > r + 1 {
@@ -520,7 +545,7 @@ impl Connection {
                             .changes_since(r)
                             .ok()?
                             .into_iter()
-                            .filter(|(v, _)| *v <= at)
+                            .filter(|(v, n)| *v <= at && in_source(&source, n))
                             .map(|(_, n)| n)
                             .collect();
                         names.sort();
@@ -548,6 +573,8 @@ async fn writer(
     let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sent = Instant::now();
+    let overflow = out.overflow();
+    tokio::pin!(overflow);
     loop {
         if out.is_overflowed() {
             relay.metrics.slow_consumer_dropped();
@@ -564,7 +591,14 @@ async fn writer(
             frame = rx.recv() => {
                 let Some(frame) = frame else { break };
                 let len = frame.len();
-                let res = sink.send(Message::Binary(frame)).await;
+                // A peer that stopped reading blocks this send; overflow abandons it.
+                let res = tokio::select! {
+                    r = sink.send(Message::Binary(frame)) => r,
+                    _ = &mut overflow => {
+                        relay.metrics.slow_consumer_dropped();
+                        return;
+                    }
+                };
                 out.sent(len);
                 if res.is_err() {
                     break;

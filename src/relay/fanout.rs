@@ -34,6 +34,9 @@ pub struct Outbound {
     tx: mpsc::UnboundedSender<Bytes>,
     queued: Arc<AtomicUsize>,
     overflowed: Arc<AtomicBool>,
+    /// Fires once when the connection overflows, so a writer blocked on a stalled socket
+    /// and a reader waiting for frames both stop.
+    overflow_signal: Arc<tokio::sync::watch::Sender<bool>>,
     max_bytes: usize,
 }
 
@@ -46,6 +49,7 @@ impl Outbound {
                 tx,
                 queued: Arc::new(AtomicUsize::new(0)),
                 overflowed: Arc::new(AtomicBool::new(false)),
+                overflow_signal: Arc::new(tokio::sync::watch::channel(false).0),
                 max_bytes,
             },
             rx,
@@ -60,6 +64,7 @@ impl Outbound {
         let len = frame.len();
         if self.queued.fetch_add(len, Ordering::Relaxed) + len > self.max_bytes {
             self.overflowed.store(true, Ordering::Relaxed);
+            self.overflow_signal.send_replace(true);
             return false;
         }
         self.tx.send(frame).is_ok()
@@ -76,6 +81,14 @@ impl Outbound {
 
     pub fn queued_bytes(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Resolves when the connection has overflowed.
+    pub fn overflow(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.overflow_signal.subscribe();
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        }
     }
 
     pub fn is_overflowed(&self) -> bool {
@@ -102,9 +115,10 @@ pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryE
 struct Inner {
     groups: HashMap<Vec<u8>, Group>,
     by_target: HashMap<(u64, u32), Vec<u8>>,
-    /// Connections owed a `Snapshot` once the published version reaches the given version
-    /// (a target whose initial read saw commits not yet published).
-    pending: Vec<(Outbound, u64)>,
+    /// Initial results held back until the published version reaches theirs (the initial
+    /// read saw commits not yet published): sending them earlier would let a `Snapshot` of
+    /// an older version cover contents of a newer one.
+    pending: Vec<(Outbound, u64, Vec<ServerMessage>)>,
 }
 
 /// The fan-out of one database.
@@ -160,16 +174,18 @@ fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
     out
 }
 
-/// Queues a target's changes, split into frames that fit; only the first frame carries
-/// `kind` (a Reset), the rest are Deltas on top of it.
-fn send_target_change(out: &Outbound, target_id: u32, kind: TargetChangeKind, changes: Vec<DocumentChange>) {
-    for (i, part) in chunks(changes).into_iter().enumerate() {
-        out.send_message(&ServerMessage::TargetChange {
+/// A target's changes as messages that each fit a frame; only the first carries `kind` (a
+/// Reset), the rest are Deltas on top of it.
+fn target_change_messages(target_id: u32, kind: TargetChangeKind, changes: Vec<DocumentChange>) -> Vec<ServerMessage> {
+    chunks(changes)
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| ServerMessage::TargetChange {
             target_id,
             kind: if i == 0 { kind } else { TargetChangeKind::Delta },
             changes: part,
-        });
-    }
+        })
+        .collect()
 }
 
 fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
@@ -258,7 +274,7 @@ impl Fanout {
                     .collect(),
             ),
         };
-        send_target_change(out, target_id, kind, changes);
+        let messages = target_change_messages(target_id, kind, changes);
         group.subscribers.push(Subscriber {
             target_id,
             out: out.clone(),
@@ -267,9 +283,12 @@ impl Fanout {
         inner.by_target.insert((out.conn, target_id), key);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
+            for m in &messages {
+                out.send_message(m);
+            }
             out.send_message(&ServerMessage::Snapshot { version: published });
         } else {
-            inner.pending.push((out.clone(), version));
+            inner.pending.push((out.clone(), version, messages));
         }
         Ok(())
     }
@@ -308,7 +327,7 @@ impl Fanout {
             .lock()
             .expect("fanout lock")
             .pending
-            .retain(|(o, _)| o.conn != conn);
+            .retain(|(o, _, _)| o.conn != conn);
         targets.len()
     }
 
@@ -321,6 +340,19 @@ impl Fanout {
         let mut inner = self.inner.lock().expect("fanout lock");
         let mut frames = 0;
         let mut affected: BTreeMap<u64, Outbound> = BTreeMap::new();
+        // Held-back initial results whose version is now published go first: the deltas
+        // below are computed on top of them.
+        let (due, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut inner.pending).into_iter().partition(|(_, v, _)| *v <= last);
+        inner.pending = waiting;
+        for (o, _, messages) in due {
+            for m in &messages {
+                if o.send_message(m) {
+                    frames += 1;
+                }
+            }
+            affected.entry(o.conn).or_insert(o);
+        }
         for group in inner.groups.values_mut() {
             let mut changes = Vec::new();
             let mut refill = false;
@@ -363,12 +395,6 @@ impl Fanout {
             }
         }
         self.published.store(last, Ordering::Release);
-        let (due, waiting): (Vec<_>, Vec<_>) =
-            inner.pending.drain(..).partition(|(_, v)| *v <= last);
-        inner.pending = waiting;
-        for (o, _) in due {
-            affected.entry(o.conn).or_insert(o);
-        }
         let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
         for out in affected.values() {
             if out.send(snapshot.clone()) {

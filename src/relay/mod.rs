@@ -93,6 +93,8 @@ pub struct Relay {
     next_conn: AtomicU64,
     /// Set once the store is open and every database is backfilled.
     pub ready: AtomicBool,
+    /// The committer thread, joined on stop so the process never exits mid-commit.
+    committer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Why the relay could not start or run.
@@ -147,6 +149,7 @@ impl Relay {
             databases: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             ready: AtomicBool::new(false),
+            committer_thread: Mutex::new(None),
         });
         let base = IndexCatalog::from_file(&relay.config.indexes);
         for (name, version) in store.databases()? {
@@ -180,9 +183,10 @@ impl Relay {
         {
             let committer = committer.clone();
             let store = store.clone();
-            std::thread::Builder::new()
+            let handle = std::thread::Builder::new()
                 .name("hearth-committer".into())
                 .spawn(move || committer.run(&store, &sink))?;
+            *relay.committer_thread.lock().expect("thread lock") = Some(handle);
         }
         {
             let weak = Arc::downgrade(&relay);
@@ -220,9 +224,13 @@ impl Relay {
             .fanout_latency(committed_at.elapsed().as_secs_f64());
     }
 
-    /// Stops the committer after it drains its queue.
+    /// Stops the committer after it drains its queue, and waits for it.
     pub fn stop(&self) {
         self.committer.stop();
+        let handle = self.committer_thread.lock().expect("thread lock").take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
     }
 
     pub fn next_connection_id(&self) -> u64 {
@@ -341,7 +349,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RelayError> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let app = conn::router(relay.clone(), stop_rx);
+    let max = relay.config.max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max));
+    let app = conn::router(relay.clone(), stop_rx, slots.clone());
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(%addr, "hearth-relay listening");
     let prune_relay = relay.clone();
@@ -369,7 +379,14 @@ pub async fn run(
     })
     .await?;
     pruner.abort();
-    relay.stop();
+    // Axum does not wait for upgraded WebSocket connections: wait until each has answered
+    // its in-flight writes and closed (every connection permit is back), for at most 30 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while slots.available_permits() < max && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = relay.clone();
+    tokio::task::spawn_blocking(move || r.stop()).await.ok();
     tracing::info!("hearth-relay stopped");
     Ok(())
 }

@@ -92,10 +92,15 @@ impl View {
     /// Applies the new state of document `name` (`None`: deleted).
     pub fn apply(&mut self, name: &DocumentName, new: Option<&Document>) -> ViewUpdate {
         if self.matcher.query.offset > 0 {
-            // An offset depends on documents before the view: only a re-run can tell.
+            // An offset depends on documents before the view, which it does not hold (one
+            // leaving shifts the window): any change in the query's collection needs a re-run.
+            let in_source = match &self.matcher.query.source {
+                super::model::Source::Collection(c) => c.contains(name),
+                super::model::Source::CollectionGroup(g) => name.collection_id() == g,
+            };
             return ViewUpdate {
                 changes: Vec::new(),
-                needs_refill: self.affected_by(name, new),
+                needs_refill: in_source,
             };
         }
         let mut docs = self.docs.clone();
