@@ -30,13 +30,13 @@
 //!
 //! # Upgrades
 //!
-//! [`upgrade`] runs inside `upgradeneeded` and applies every step from the stored version to
+//! `upgrade` runs inside `upgradeneeded` and applies every step from the stored version to
 //! [`SCHEMA_VERSION`], one `if old < n` block per version; a new version adds a block and
 //! never edits an old one. An open connection closes itself on `versionchange`, so another
 //! tab running a newer version can upgrade; an open that other connections still block
 //! [`BLOCKED_GRACE_MS`] after the `blocked` event fails with `failed-precondition` instead
-//! of waiting. A database written by a newer version
-//! (`VersionError`) fails with `failed-precondition` too.
+//! of waiting. A database written by a newer version (`VersionError`) fails with
+//! `failed-precondition` too.
 //!
 //! # Transactions
 //!
@@ -44,9 +44,20 @@
 //! `durability: "strict"` and returns once it completes: the batch is then on disk, all of
 //! it or (on any failure, quota included) none of it. [`IdbStore::read`] gives an [`IdbRead`]
 //! over one readonly transaction; see there for what its snapshot guarantees.
+//!
+//! # Why web-sys rather than the `idb` crate's futures
+//!
+//! idb 0.6.5's futures leak or drop their event closures in ways that bite here: open and
+//! delete futures `forget()` theirs on drop, a request future dropped before its event
+//! leaves a freed closure as the handler, and its transaction future resolves on the first
+//! `error` event, before `abort`, then frees the `abort` handler that is about to run. It
+//! also has no `durability` option and no `getAllRecords`. The watchers in `events` own
+//! their closures and unhook them on drop; only the web-sys types (whose `Idb*` features the
+//! `idb` dependency enables) are used.
 
 mod events;
 mod js;
+mod ops;
 mod read;
 
 use std::cell::Cell;
@@ -55,12 +66,13 @@ use std::rc::Rc;
 use js_sys::Array;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{Event, IdbDatabase, IdbKeyRange, IdbObjectStore, IdbTransaction};
+use web_sys::{Event, IdbDatabase, IdbTransaction};
 
 use self::events::{OpenEvents, OpenOutcome, RequestEvents, TxEvents};
 use crate::client::error::ClientError;
 use crate::core::kv::KeyRange;
 
+pub use self::ops::{Key, Store, WriteOp};
 pub use self::read::{IdbRead, ScanMethod};
 
 /// The schema version this build writes; see the module doc.
@@ -69,138 +81,6 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// The IndexedDB database name of the Hearth database `name`.
 pub fn database_name(name: &str) -> String {
     format!("hearth:{name}")
-}
-
-/// An object store of the schema.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Store {
-    Documents,
-    Index,
-    Remote,
-    Mutations,
-    Targets,
-    Meta,
-}
-
-impl Store {
-    pub const ALL: [Store; 6] = [
-        Store::Documents,
-        Store::Index,
-        Store::Remote,
-        Store::Mutations,
-        Store::Targets,
-        Store::Meta,
-    ];
-
-    /// The object store's name in IndexedDB.
-    pub fn name(self) -> &'static str {
-        match self {
-            Store::Documents => "documents",
-            Store::Index => "index",
-            Store::Remote => "remote",
-            Store::Mutations => "mutations",
-            Store::Targets => "targets",
-            Store::Meta => "meta",
-        }
-    }
-
-    /// The one kind of key the store holds.
-    fn key_kind(self) -> &'static str {
-        match self {
-            Store::Documents | Store::Index | Store::Remote => "bytes",
-            Store::Mutations | Store::Targets => "number",
-            Store::Meta => "text",
-        }
-    }
-}
-
-/// A key of a store: bytes for documents, index entries and remote documents; a number
-/// (an id: an integer in `[0, 2^53]`) for mutations and targets; text for meta.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Key {
-    Bytes(Vec<u8>),
-    Number(f64),
-    Text(String),
-}
-
-impl Key {
-    fn kind(&self) -> &'static str {
-        match self {
-            Key::Bytes(_) => "bytes",
-            Key::Number(_) => "number",
-            Key::Text(_) => "text",
-        }
-    }
-}
-
-/// One change of a [`IdbStore::write`] batch.
-#[derive(Clone, Debug, PartialEq)]
-pub enum WriteOp {
-    Put {
-        store: Store,
-        key: Key,
-        value: Vec<u8>,
-    },
-    Delete {
-        store: Store,
-        key: Key,
-    },
-    /// Deletes the binary keys in `[start, end)`; nothing when `start == end`. IndexedDB
-    /// refuses `start > end` (`invalid-argument`, and the batch is not applied).
-    DeleteRange {
-        store: Store,
-        start: Vec<u8>,
-        end: Vec<u8>,
-    },
-}
-
-impl WriteOp {
-    fn store(&self) -> Store {
-        match self {
-            WriteOp::Put { store, .. }
-            | WriteOp::Delete { store, .. }
-            | WriteOp::DeleteRange { store, .. } => *store,
-        }
-    }
-
-    /// Checks the key against the store's key type before any transaction starts.
-    fn check(&self) -> Result<(), String> {
-        let store = self.store();
-        let key = match self {
-            WriteOp::Put { key, .. } | WriteOp::Delete { key, .. } => key,
-            WriteOp::DeleteRange { .. } => {
-                return match store.key_kind() {
-                    "bytes" => Ok(()),
-                    kind => Err(format!(
-                        "a range delete needs binary keys, but `{}` has {kind} keys",
-                        store.name()
-                    )),
-                };
-            }
-        };
-        if key.kind() != store.key_kind() {
-            return Err(format!(
-                "`{}` has {} keys, not {}",
-                store.name(),
-                store.key_kind(),
-                key.kind()
-            ));
-        }
-        match key {
-            Key::Number(n) if !js::is_id(*n) => Err(format!(
-                "numeric key {n} of `{}` is not an id (an integer in [0, 2^53])",
-                store.name()
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Tuning knobs, exposed for the benchmarks in the browser tests.
-#[derive(Clone, Copy, Debug)]
-struct Tuning {
-    scan: ScanMethod,
-    strict: bool,
 }
 
 /// The connection and what every handle shares.
@@ -216,7 +96,8 @@ struct Inner {
     _on_version_change: Closure<dyn FnMut(Event)>,
     /// Whether `IDBObjectStore.getAllRecords` exists (IndexedDB 3.0).
     has_get_all_records: bool,
-    tuning: Cell<Tuning>,
+    /// How [`IdbRead`] scans (a benchmark knob; [`ScanMethod::Auto`] otherwise).
+    scan_method: Cell<ScanMethod>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -317,10 +198,7 @@ impl IdbStore {
                 closed,
                 _on_version_change: on_version_change,
                 has_get_all_records: js::has_get_all_records(),
-                tuning: Cell::new(Tuning {
-                    scan: ScanMethod::Auto,
-                    strict: true,
-                }),
+                scan_method: Cell::new(ScanMethod::Auto),
             }),
         })
     }
@@ -382,12 +260,8 @@ impl IdbStore {
         scope.sort();
         scope.dedup();
         let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
-        let durability = if self.inner.tuning.get().strict {
-            "strict"
-        } else {
-            "relaxed"
-        };
-        let options = js::object(&[("durability", &JsValue::from_str(durability))]);
+        // "strict": `complete` means flushed to disk (Chromium's default is "relaxed").
+        let options = js::object(&[("durability", &JsValue::from_str("strict"))]);
         let tx = self
             .check_open()
             .and_then(|()| {
@@ -395,7 +269,7 @@ impl IdbStore {
             })
             .map_err(|e| self.error(WHAT, &e))?;
         let events = TxEvents::new(&tx);
-        if let Err((i, e)) = apply(&tx, &scope, &ops) {
+        if let Err((i, e)) = ops::apply(&tx, &scope, &ops) {
             // A request that could not even be made: undo the ones made before it.
             let _ = tx.abort();
             let _ = events.done().await;
@@ -469,16 +343,7 @@ impl IdbStore {
     /// Sets how [`IdbRead`] scans; for benchmarks.
     #[doc(hidden)]
     pub fn set_scan_method(&self, method: ScanMethod) {
-        let t = self.inner.tuning.get();
-        self.inner.tuning.set(Tuning { scan: method, ..t });
-    }
-
-    /// Sets whether writes use `durability: "strict"` (the default) or `"relaxed"`; for
-    /// benchmarks.
-    #[doc(hidden)]
-    pub fn set_strict_durability(&self, strict: bool) {
-        let t = self.inner.tuning.get();
-        self.inner.tuning.set(Tuning { strict, ..t });
+        self.inner.scan_method.set(method);
     }
 
     /// Whether this browser has `IDBObjectStore.getAllRecords`.
@@ -535,35 +400,3 @@ const ESTIMATE_PAGE: usize = 1000;
 
 /// Marker error of a call on a closed connection (replaced by [`IdbStore::error`]).
 const CLOSED: &str = "closed";
-
-/// Makes the requests of `ops` on `tx` (whose scope is `scope`, sorted). The requests are not
-/// awaited: a failing one aborts the transaction, which the caller awaits. Returns the index
-/// and error of an operation whose request could not be made.
-fn apply(tx: &IdbTransaction, scope: &[Store], ops: &[WriteOp]) -> Result<(), (usize, JsValue)> {
-    let stores: Vec<IdbObjectStore> = scope
-        .iter()
-        .map(|s| tx.object_store(s.name()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| (0, e))?;
-    let store_of = |s: Store| &stores[scope.binary_search(&s).expect("the scope has every store")];
-    for (i, op) in ops.iter().enumerate() {
-        let made = match op {
-            WriteOp::Put { store, key, value } => {
-                store_of(*store).put_with_key(&js::value(value), &js::key(key))
-            }
-            WriteOp::Delete { store, key } => store_of(*store).delete(&js::key(key)),
-            WriteOp::DeleteRange { start, end, .. } if start == end => continue,
-            WriteOp::DeleteRange { store, start, end } => {
-                IdbKeyRange::bound_with_lower_open_and_upper_open(
-                    &js::bytes(start),
-                    &js::bytes(end),
-                    false,
-                    true,
-                )
-                .and_then(|range| store_of(*store).delete(&range))
-            }
-        };
-        made.map_err(|e| (i, e))?;
-    }
-    Ok(())
-}

@@ -156,7 +156,7 @@ impl IdbRead {
     /// The method for a scan in this direction: what was asked for, or what the browser has.
     fn method(&self, reverse: bool) -> ScanMethod {
         let inner = &self.store.inner;
-        let asked = inner.tuning.get().scan;
+        let asked = inner.scan_method.get();
         match asked {
             ScanMethod::GetAllRecords | ScanMethod::Auto if inner.has_get_all_records => {
                 ScanMethod::GetAllRecords

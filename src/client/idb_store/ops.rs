@@ -1,0 +1,168 @@
+//! The vocabulary of the store: its object stores, keys, and the operations of a write
+//! batch, with the checks made before a batch touches IndexedDB.
+
+use wasm_bindgen::JsValue;
+use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
+
+use super::js;
+
+/// An object store of the schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Store {
+    Documents,
+    Index,
+    Remote,
+    Mutations,
+    Targets,
+    Meta,
+}
+
+impl Store {
+    pub const ALL: [Store; 6] = [
+        Store::Documents,
+        Store::Index,
+        Store::Remote,
+        Store::Mutations,
+        Store::Targets,
+        Store::Meta,
+    ];
+
+    /// The object store's name in IndexedDB.
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Documents => "documents",
+            Store::Index => "index",
+            Store::Remote => "remote",
+            Store::Mutations => "mutations",
+            Store::Targets => "targets",
+            Store::Meta => "meta",
+        }
+    }
+
+    /// The one kind of key the store holds.
+    fn key_kind(self) -> &'static str {
+        match self {
+            Store::Documents | Store::Index | Store::Remote => "bytes",
+            Store::Mutations | Store::Targets => "number",
+            Store::Meta => "text",
+        }
+    }
+}
+
+/// A key of a store: bytes for documents, index entries and remote documents; a number
+/// (an id: an integer in `[0, 2^53]`) for mutations and targets; text for meta.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Key {
+    Bytes(Vec<u8>),
+    Number(f64),
+    Text(String),
+}
+
+impl Key {
+    fn kind(&self) -> &'static str {
+        match self {
+            Key::Bytes(_) => "bytes",
+            Key::Number(_) => "number",
+            Key::Text(_) => "text",
+        }
+    }
+}
+
+/// One change of a [`IdbStore::write`] batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOp {
+    Put {
+        store: Store,
+        key: Key,
+        value: Vec<u8>,
+    },
+    Delete {
+        store: Store,
+        key: Key,
+    },
+    /// Deletes the binary keys in `[start, end)`; nothing when `start == end`. IndexedDB
+    /// refuses `start > end` (`invalid-argument`, and the batch is not applied).
+    DeleteRange {
+        store: Store,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
+}
+
+impl WriteOp {
+    pub(super) fn store(&self) -> Store {
+        match self {
+            WriteOp::Put { store, .. }
+            | WriteOp::Delete { store, .. }
+            | WriteOp::DeleteRange { store, .. } => *store,
+        }
+    }
+
+    /// Checks the key against the store's key type before any transaction starts.
+    pub(super) fn check(&self) -> Result<(), String> {
+        let store = self.store();
+        let key = match self {
+            WriteOp::Put { key, .. } | WriteOp::Delete { key, .. } => key,
+            WriteOp::DeleteRange { .. } => {
+                return match store.key_kind() {
+                    "bytes" => Ok(()),
+                    kind => Err(format!(
+                        "a range delete needs binary keys, but `{}` has {kind} keys",
+                        store.name()
+                    )),
+                };
+            }
+        };
+        if key.kind() != store.key_kind() {
+            return Err(format!(
+                "`{}` has {} keys, not {}",
+                store.name(),
+                store.key_kind(),
+                key.kind()
+            ));
+        }
+        match key {
+            Key::Number(n) if !js::is_id(*n) => Err(format!(
+                "numeric key {n} of `{}` is not an id (an integer in [0, 2^53])",
+                store.name()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Makes the requests of `ops` on `tx` (whose scope is `scope`, sorted). The requests are not
+/// awaited: a failing one aborts the transaction, which the caller awaits. Returns the index
+/// and error of an operation whose request could not be made.
+pub(super) fn apply(
+    tx: &IdbTransaction,
+    scope: &[Store],
+    ops: &[WriteOp],
+) -> Result<(), (usize, JsValue)> {
+    let stores: Vec<IdbObjectStore> = scope
+        .iter()
+        .map(|s| tx.object_store(s.name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| (0, e))?;
+    let store_of = |s: Store| &stores[scope.binary_search(&s).expect("the scope has every store")];
+    for (i, op) in ops.iter().enumerate() {
+        let made = match op {
+            WriteOp::Put { store, key, value } => {
+                store_of(*store).put_with_key(&js::value(value), &js::key(key))
+            }
+            WriteOp::Delete { store, key } => store_of(*store).delete(&js::key(key)),
+            WriteOp::DeleteRange { start, end, .. } if start == end => continue,
+            WriteOp::DeleteRange { store, start, end } => {
+                IdbKeyRange::bound_with_lower_open_and_upper_open(
+                    &js::bytes(start),
+                    &js::bytes(end),
+                    false,
+                    true,
+                )
+                .and_then(|range| store_of(*store).delete(&range))
+            }
+        };
+        made.map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
