@@ -152,7 +152,11 @@ impl Committer {
 
     /// Runs `job` on the committer thread between rounds.
     pub fn run_job(&self, job: Job) {
-        self.queues.lock().expect("committer lock").jobs.push_back(job);
+        self.queues
+            .lock()
+            .expect("committer lock")
+            .jobs
+            .push_back(job);
         self.wake.notify_one();
     }
 
@@ -184,7 +188,10 @@ impl Committer {
                 for i in 0..n {
                     let db = q.order[(start + i) % n].clone();
                     let queue = q.by_db.get_mut(&db).expect("ordered databases have queues");
-                    let take = queue.len().min(QUOTA_PER_DATABASE).min(MAX_ROUND - round.len());
+                    let take = queue
+                        .len()
+                        .min(QUOTA_PER_DATABASE)
+                        .min(MAX_ROUND - round.len());
                     round.extend(queue.drain(..take).map(|r| (db.clone(), r)));
                     sink.queue_depth(&db, queue.len());
                 }
@@ -200,7 +207,12 @@ impl Committer {
         }
     }
 
-    fn commit_round(&self, store: &Store, round: Vec<(String, WriteRequest)>, sink: &dyn CommitSink) {
+    fn commit_round(
+        &self,
+        store: &Store,
+        round: Vec<(String, WriteRequest)>,
+        sink: &dyn CommitSink,
+    ) {
         let started = Instant::now();
         let mut dbs = self.dbs.lock().expect("committer db lock");
         let outcome = apply_round(store, &mut dbs, &round);
@@ -274,7 +286,9 @@ fn apply_round(
         let mut meta = txn.open_table(META)?;
         let mut touched_versions: Vec<String> = Vec::new();
         for (db, req) in round {
-            let state = dbs.get_mut(db).expect("databases are registered before writes");
+            let state = dbs
+                .get_mut(db)
+                .expect("databases are registered before writes");
             let prefix = db_prefix(db);
             let bkey = batch_key(db, &req.client_id, req.batch_id);
             if let Some(v) = batches.get(bkey.as_slice())? {
@@ -282,14 +296,20 @@ fn apply_round(
                 results.push(Ok(read_u64(v.value())));
                 continue;
             }
-            let read_doc = |docs: &redb::Table<&[u8], &[u8]>, name: &DocumentName| -> Result<Option<Document>, StoreError> {
+            let read_doc = |docs: &redb::Table<&[u8], &[u8]>,
+                            name: &DocumentName|
+             -> Result<Option<Document>, StoreError> {
                 let key = [prefix.as_slice(), &document_key(name)].concat();
                 match docs.get(key.as_slice())? {
                     None => Ok(None),
-                    Some(v) => decode_document(v.value()).map(Some).map_err(|e| StoreError::Corrupt {
-                        db: db.clone(),
-                        what: e.to_string(),
-                    }),
+                    Some(v) => {
+                        decode_document(v.value())
+                            .map(Some)
+                            .map_err(|e| StoreError::Corrupt {
+                                db: db.clone(),
+                                what: e.to_string(),
+                            })
+                    }
                 }
             };
             // Transaction reads must be unchanged.
@@ -375,7 +395,10 @@ fn apply_round(
             let names: Vec<DocumentName> = overlay.iter().map(|(n, _, _)| n.clone()).collect();
             let mut ckey = prefix.clone();
             ckey.extend_from_slice(&version.to_be_bytes());
-            changelog.insert(ckey.as_slice(), encode_change_names(micros, &names).as_slice())?;
+            changelog.insert(
+                ckey.as_slice(),
+                encode_change_names(micros, &names).as_slice(),
+            )?;
             let mut bval = version.to_be_bytes().to_vec();
             bval.extend_from_slice(&micros.to_be_bytes());
             batches.insert(bkey.as_slice(), bval.as_slice())?;

@@ -27,7 +27,9 @@ use super::store::valid_database_name;
 use super::{Database, Relay};
 use crate::core::kv::block_on_ready;
 use crate::core::protocol::codec::{decode_client, encode_server};
-use crate::core::protocol::{ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, PROTOCOL_VERSION};
+use crate::core::protocol::{
+    ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+};
 use crate::core::query::execute::{fetch, run_aggregation};
 use crate::core::query::model::Source;
 use crate::core::query::validate::{validate, QueryError};
@@ -101,7 +103,12 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn error(request_id: u64, target_id: u32, code: ErrorCode, message: impl Into<String>) -> ServerMessage {
+fn error(
+    request_id: u64,
+    target_id: u32,
+    code: ErrorCode,
+    message: impl Into<String>,
+) -> ServerMessage {
     ServerMessage::Error {
         request_id,
         target_id,
@@ -126,7 +133,12 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve(relay: Arc<Relay>, socket: WebSocket, mut stop: watch::Receiver<bool>, peer: SocketAddr) {
+    async fn serve(
+        relay: Arc<Relay>,
+        socket: WebSocket,
+        mut stop: watch::Receiver<bool>,
+        peer: SocketAddr,
+    ) {
         let (mut sink, mut stream) = socket.split();
         // Handshake: the first frame must be a Hello, within ten seconds.
         let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
@@ -144,7 +156,9 @@ impl Connection {
             }) => {
                 if protocol_version != PROTOCOL_VERSION {
                     let msg = format!("protocol version {protocol_version} is not supported; this relay speaks {PROTOCOL_VERSION}");
-                    let _ = sink.send(Message::Binary(reject(ErrorCode::FailedPrecondition, msg))).await;
+                    let _ = sink
+                        .send(Message::Binary(reject(ErrorCode::FailedPrecondition, msg)))
+                        .await;
                     let _ = sink.close().await;
                     return;
                 }
@@ -152,7 +166,10 @@ impl Connection {
             }
             Ok(_) => {
                 let _ = sink
-                    .send(Message::Binary(reject(ErrorCode::FailedPrecondition, "the first message must be a Hello".into())))
+                    .send(Message::Binary(reject(
+                        ErrorCode::FailedPrecondition,
+                        "the first message must be a Hello".into(),
+                    )))
                     .await;
                 let _ = sink.close().await;
                 return;
@@ -160,7 +177,10 @@ impl Connection {
             Err(e) => {
                 relay.metrics.protocol_error("malformed");
                 let _ = sink
-                    .send(Message::Binary(reject(ErrorCode::InvalidArgument, format!("malformed frame: {e}"))))
+                    .send(Message::Binary(reject(
+                        ErrorCode::InvalidArgument,
+                        format!("malformed frame: {e}"),
+                    )))
                     .await;
                 let _ = sink.close().await;
                 return;
@@ -168,14 +188,21 @@ impl Connection {
         };
         if !valid_database_name(&database) || client_id.is_empty() || client_id.len() > 256 {
             let msg = format!("invalid database name `{database}` or client id: a database name is 1 to 64 of [A-Za-z0-9_-], a client id 1 to 256 bytes");
-            let _ = sink.send(Message::Binary(reject(ErrorCode::InvalidArgument, msg))).await;
+            let _ = sink
+                .send(Message::Binary(reject(ErrorCode::InvalidArgument, msg)))
+                .await;
             let _ = sink.close().await;
             return;
         }
         let auth = match relay.auth.verify(&token, now_unix()) {
             Ok(a) => a,
             Err(e) => {
-                let _ = sink.send(Message::Binary(reject(ErrorCode::Unauthenticated, e.to_string()))).await;
+                let _ = sink
+                    .send(Message::Binary(reject(
+                        ErrorCode::Unauthenticated,
+                        e.to_string(),
+                    )))
+                    .await;
                 let _ = sink.close().await;
                 return;
             }
@@ -183,7 +210,12 @@ impl Connection {
         let db = match relay.database(&database) {
             Ok(db) => db,
             Err(e) => {
-                let _ = sink.send(Message::Binary(reject(ErrorCode::Unavailable, e.to_string()))).await;
+                let _ = sink
+                    .send(Message::Binary(reject(
+                        ErrorCode::Unavailable,
+                        e.to_string(),
+                    )))
+                    .await;
                 let _ = sink.close().await;
                 return;
             }
@@ -199,7 +231,14 @@ impl Connection {
         out.send_message(&welcome);
         tracing::debug!(conn = id, %peer, database = %database, "connection open");
         let (closing_tx, closing_rx) = watch::channel(false);
-        let writer = tokio::spawn(writer(sink, rx, out.clone(), db.clone(), relay.clone(), closing_rx));
+        let writer = tokio::spawn(writer(
+            sink,
+            rx,
+            out.clone(),
+            db.clone(),
+            relay.clone(),
+            closing_rx,
+        ));
         let mut conn = Connection {
             relay: relay.clone(),
             id,
@@ -302,7 +341,12 @@ impl Connection {
         }
         match msg {
             ClientMessage::Hello { .. } => {
-                self.send(&error(0, 0, ErrorCode::FailedPrecondition, "Hello may only be the first message"));
+                self.send(&error(
+                    0,
+                    0,
+                    ErrorCode::FailedPrecondition,
+                    "Hello may only be the first message",
+                ));
             }
             ClientMessage::Auth { token } => match self.relay.auth.verify(&token, now_unix()) {
                 Ok(a) => self.auth = a,
@@ -430,7 +474,9 @@ impl Connection {
         query: &crate::core::query::model::Query,
         aggs: &[crate::core::query::model::Aggregation],
     ) -> Result<(Vec<crate::core::value::Value>, u64), QueryError> {
-        let storage = |e: super::store::StoreError| QueryError::Storage(crate::core::kv::KvError(e.to_string()));
+        let storage = |e: super::store::StoreError| {
+            QueryError::Storage(crate::core::kv::KvError(e.to_string()))
+        };
         let snap = self.relay.store.snapshot().map_err(storage)?;
         let view = snap.database(&self.db.name);
         let version = view.version().map_err(storage)?;
@@ -494,7 +540,12 @@ impl Connection {
                     version,
                 },
                 Ok(Err(e)) => error(request_id, 0, e.code, e.message),
-                Err(_) => error(request_id, 0, ErrorCode::Unavailable, "the relay is shutting down"),
+                Err(_) => error(
+                    request_id,
+                    0,
+                    ErrorCode::Unavailable,
+                    "the relay is shutting down",
+                ),
             };
             metrics.commit_latency(started.elapsed().as_secs_f64());
             out.send_message(&reply);

@@ -176,13 +176,21 @@ fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
 
 /// A target's changes as messages that each fit a frame; only the first carries `kind` (a
 /// Reset), the rest are Deltas on top of it.
-fn target_change_messages(target_id: u32, kind: TargetChangeKind, changes: Vec<DocumentChange>) -> Vec<ServerMessage> {
+fn target_change_messages(
+    target_id: u32,
+    kind: TargetChangeKind,
+    changes: Vec<DocumentChange>,
+) -> Vec<ServerMessage> {
     chunks(changes)
         .into_iter()
         .enumerate()
         .map(|(i, part)| ServerMessage::TargetChange {
             target_id,
-            kind: if i == 0 { kind } else { TargetChangeKind::Delta },
+            kind: if i == 0 {
+                kind
+            } else {
+                TargetChangeKind::Delta
+            },
             changes: part,
         })
         .collect()
@@ -254,12 +262,12 @@ impl Fanout {
             Start::Resume(Some(changed)) if !limited => {
                 let changes = changed
                     .iter()
-                    .map(|name| {
-                        match group.view.documents().iter().find(|d| d.name == *name) {
+                    .map(
+                        |name| match group.view.documents().iter().find(|d| d.name == *name) {
                             Some(d) => DocumentChange::Upsert(d.clone()),
                             None => DocumentChange::Remove(name.clone()),
-                        }
-                    })
+                        },
+                    )
                     .collect();
                 (TargetChangeKind::Delta, changes)
             }
@@ -342,8 +350,9 @@ impl Fanout {
         let mut affected: BTreeMap<u64, Outbound> = BTreeMap::new();
         // Held-back initial results whose version is now published go first: the deltas
         // below are computed on top of them.
-        let (due, waiting): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut inner.pending).into_iter().partition(|(_, v, _)| *v <= last);
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.pending)
+            .into_iter()
+            .partition(|(_, v, _)| *v <= last);
         inner.pending = waiting;
         for (o, _, messages) in due {
             for m in &messages {

@@ -114,7 +114,9 @@ struct Sink {
 impl CommitSink for Sink {
     fn committed(&self, round: Vec<Committed>, batches: usize, fsync: Duration) {
         if let Some(relay) = self.relay.upgrade() {
-            relay.metrics.group_commit(batches as u64, fsync.as_secs_f64());
+            relay
+                .metrics
+                .group_commit(batches as u64, fsync.as_secs_f64());
             let mut per_db: HashMap<&str, u64> = HashMap::new();
             for c in &round {
                 *per_db.entry(&c.database).or_default() += 1;
@@ -264,7 +266,11 @@ impl Relay {
     }
 
     /// Runs a query on the latest committed state: (documents, version).
-    pub fn query_latest(&self, db: &Database, q: &Query) -> Result<(Vec<Document>, u64), QueryError> {
+    pub fn query_latest(
+        &self,
+        db: &Database,
+        q: &Query,
+    ) -> Result<(Vec<Document>, u64), QueryError> {
         let snap = self
             .store
             .snapshot()

@@ -188,7 +188,8 @@ impl Store {
                         index.remove([prefix.as_slice(), key].concat().as_slice())?;
                     }
                     for key in after.difference(&before) {
-                        index.insert([prefix.as_slice(), key].concat().as_slice(), [].as_slice())?;
+                        index
+                            .insert([prefix.as_slice(), key].concat().as_slice(), [].as_slice())?;
                     }
                     last = Some(k.value().to_vec());
                     n += 1;
@@ -292,7 +293,10 @@ pub struct DatabaseView<'a> {
     name: String,
 }
 
-type RowGuards<'a> = (redb::AccessGuard<'a, &'static [u8]>, redb::AccessGuard<'a, &'static [u8]>);
+type RowGuards<'a> = (
+    redb::AccessGuard<'a, &'static [u8]>,
+    redb::AccessGuard<'a, &'static [u8]>,
+);
 
 fn kv_err(e: impl std::fmt::Display) -> KvError {
     KvError(e.to_string())
