@@ -193,3 +193,23 @@ test('a query no index serves fails locally with failed-precondition naming the 
   assert.match(err.message, /"fieldPath": "symbol"/);
   await p.close();
 });
+
+test('two tabs of one origin share one IndexedDB database and see each other\'s writes live', { timeout: 60000 }, async () => {
+  const a = await page();
+  const b = await page();
+  // Local only: the tabs meet through IndexedDB and a BroadcastChannel, not the relay.
+  await open(a, 'tabs', { relay: undefined });
+  await open(b, 'tabs', { relay: undefined });
+  await b.evaluate(() => {
+    window.seen = [];
+    window.db.collection('todo').where('done', '==', false).onSnapshot((s) => {
+      window.seen.push(s.docs.map((d) => d.id).sort());
+    });
+  });
+  await a.evaluate(() => window.db.collection('todo').doc('t1').set({ done: false, title: 'from tab a' }));
+  await b.waitForFunction(() => window.seen.some((ids) => ids.includes('t1')), null, { timeout: 20000 });
+  await a.evaluate(() => window.db.collection('todo').doc('t1').update({ done: true }));
+  await b.waitForFunction(() => window.seen.at(-1).length === 0, null, { timeout: 20000 });
+  await a.close();
+  await b.close();
+});
