@@ -2,6 +2,11 @@
 
 mod doc_encoding;
 mod index_config;
+mod index_maintenance;
+mod key_encoding;
 mod mutations;
+mod plans;
+mod protocol;
+mod query_model;
 mod seed_instruments;
 mod strategies;

@@ -101,7 +101,11 @@ pub enum KeyDecodeError {
 /// Order-preserving bits of a double: negative numbers inverted, positive with the sign set.
 fn f64_ordered(d: f64) -> [u8; 8] {
     let bits = d.to_bits();
-    let o = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
+    let o = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
     o.to_be_bytes()
 }
 
@@ -298,7 +302,11 @@ impl<'a> KeyReader<'a> {
     }
 
     pub fn set_direction(&mut self, dir: Direction) {
-        self.flip = if dir == Direction::Descending { 0xFF } else { 0 };
+        self.flip = if dir == Direction::Descending {
+            0xFF
+        } else {
+            0
+        };
     }
 
     fn byte(&mut self) -> Result<u8, KeyDecodeError> {
@@ -333,11 +341,7 @@ impl<'a> KeyReader<'a> {
             match self.byte()? {
                 0xFF => v.push(0),
                 0x01 => return Ok(v),
-                other => {
-                    return Err(KeyDecodeError::Invalid(format!(
-                        "escape byte {other:#04x}"
-                    )))
-                }
+                other => return Err(KeyDecodeError::Invalid(format!("escape byte {other:#04x}"))),
             }
         }
     }
@@ -454,17 +458,22 @@ impl<'a> KeyReader<'a> {
 
 fn number_from_key(k: NumberKey, kind: Option<NumberKind>) -> Result<Value, KeyDecodeError> {
     let as_int = || -> Result<Value, KeyDecodeError> {
-        let exact = k.base as i128 + i128::from(k.rest);
         if k.base.fract() != 0.0 || !k.base.is_finite() {
             return Err(KeyDecodeError::Invalid("integer with a fraction".into()));
         }
-        i64::try_from(exact)
+        // `as` saturates far outside i64, so the sum can overflow on bytes from outside.
+        (k.base as i128)
+            .checked_add(i128::from(k.rest))
+            .and_then(|exact| i64::try_from(exact).ok())
             .map(Value::Integer)
-            .map_err(|_| KeyDecodeError::Invalid("integer out of range".into()))
+            .ok_or_else(|| KeyDecodeError::Invalid("integer out of range".into()))
     };
     match kind {
         Some(NumberKind::Integer) => as_int(),
-        Some(NumberKind::NegativeZero) => Ok(Value::Double(-0.0)),
+        Some(NumberKind::NegativeZero) if k.base == 0.0 && k.rest == 0 => Ok(Value::Double(-0.0)),
+        Some(NumberKind::NegativeZero) => Err(KeyDecodeError::Invalid(
+            "-0.0 kind on a non-zero number".into(),
+        )),
         Some(NumberKind::Double) | None if k.rest == 0 => Ok(Value::Double(k.base)),
         Some(NumberKind::Double) => Err(KeyDecodeError::Invalid("double with a remainder".into())),
         None => as_int(),
@@ -525,10 +534,7 @@ mod tests {
         let b = Map::new();
         let ea = enc(&Value::Map(a.clone()));
         let eb = enc(&Value::Map(b.clone()));
-        assert_eq!(
-            ea.cmp(&eb),
-            Value::Map(a).cmp_order(&Value::Map(b))
-        );
+        assert_eq!(ea.cmp(&eb), Value::Map(a).cmp_order(&Value::Map(b)));
     }
 
     #[test]

@@ -101,7 +101,11 @@ impl IndexDef {
                 mode: *m,
             })
             .collect();
-        let last_dir = self.fields.iter().rev().find_map(|(_, m)| mode_direction(*m));
+        let last_dir = self
+            .fields
+            .iter()
+            .rev()
+            .find_map(|(_, m)| mode_direction(*m));
         if last_dir.unwrap_or(Direction::Ascending) != self.name_dir {
             fields.push(IndexFieldSpec {
                 field_path: FieldPath::document_id(),
@@ -270,7 +274,13 @@ impl IndexCatalog {
     ) -> Option<IndexDef> {
         self.single_field_modes(group, field, scope)
             .array_contains
-            .then(|| IndexDef::new(group, scope, vec![(field.clone(), FieldMode::ArrayContains)]))
+            .then(|| {
+                IndexDef::new(
+                    group,
+                    scope,
+                    vec![(field.clone(), FieldMode::ArrayContains)],
+                )
+            })
     }
 
     /// The automatic collection-group index of names.

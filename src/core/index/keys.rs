@@ -82,7 +82,8 @@ pub fn field_direction(mode: FieldMode) -> Direction {
 }
 
 /// The entries of `def` for `doc`: none when a field is missing (or an array-contains field is
-/// not an array), one per distinct element for an array-contains field.
+/// not an array), one per order-distinct element (its first occurrence) for an
+/// array-contains field.
 pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
     let mut per_field: Vec<Vec<Value>> = Vec::with_capacity(def.fields.len());
     for (path, mode) in &def.fields {
@@ -93,9 +94,12 @@ pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
         match mode {
             FieldMode::ArrayContains => match v {
                 Value::Array(items) => {
+                    // Distinct in the index's order, not strictly: `1` and `1.0` (or `0` and
+                    // `-0.0`) encode to the same bytes, and two entries that differ only in
+                    // their kinds trailer would make one scan return the document twice.
                     let mut distinct: Vec<Value> = Vec::with_capacity(items.len());
                     for item in items {
-                        if !distinct.contains(&item) {
+                        if !distinct.iter().any(|d| d.eq_order(&item)) {
                             distinct.push(item);
                         }
                     }
@@ -116,7 +120,12 @@ pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
         let mut key = prefix.clone();
         let mut kinds = Vec::new();
         for (i, (_, mode)) in def.fields.iter().enumerate() {
-            write_value(&per_field[i][choice[i]], field_direction(*mode), &mut key, &mut kinds);
+            write_value(
+                &per_field[i][choice[i]],
+                field_direction(*mode),
+                &mut key,
+                &mut kinds,
+            );
         }
         write_entry_name(def, &doc.name, &mut key);
         write_kinds(&kinds, &mut key);
@@ -155,9 +164,17 @@ pub struct IndexDiff {
 
 /// Exactly the entries to delete and insert when `old` becomes `new` (either may be absent).
 /// Entries both versions share are left alone.
-pub fn index_diff(catalog: &IndexCatalog, old: Option<&Document>, new: Option<&Document>) -> IndexDiff {
-    let old_set = old.map(|d| document_entries(catalog, d)).unwrap_or_default();
-    let new_set = new.map(|d| document_entries(catalog, d)).unwrap_or_default();
+pub fn index_diff(
+    catalog: &IndexCatalog,
+    old: Option<&Document>,
+    new: Option<&Document>,
+) -> IndexDiff {
+    let old_set = old
+        .map(|d| document_entries(catalog, d))
+        .unwrap_or_default();
+    let new_set = new
+        .map(|d| document_entries(catalog, d))
+        .unwrap_or_default();
     IndexDiff {
         deletes: old_set.difference(&new_set).cloned().collect(),
         inserts: new_set.difference(&old_set).cloned().collect(),
@@ -199,5 +216,25 @@ pub fn decode_entry(def: &IndexDef, key: &[u8]) -> Result<DecodedEntry, KeyDecod
     if !r.is_empty() {
         return Err(KeyDecodeError::Trailing);
     }
+    // Every number has its kind (the trailer holds at most 255): a short trailer would read
+    // integers back as doubles, a truncated key as a different entry.
+    let numbers: usize = values.iter().map(count_numbers).sum();
+    if numbers != kinds.len() && !(kinds.len() == 255 && numbers > 255) {
+        return Err(KeyDecodeError::Invalid(format!(
+            "{numbers} numbers but {} number kinds",
+            kinds.len()
+        )));
+    }
     Ok(DecodedEntry { values, name })
+}
+
+/// The numbers in `v` that carry a kind in a key (every number but NaN).
+fn count_numbers(v: &Value) -> usize {
+    match v {
+        Value::Integer(_) => 1,
+        Value::Double(d) => usize::from(!d.is_nan()),
+        Value::Array(a) => a.iter().map(count_numbers).sum(),
+        Value::Map(m) => m.values().map(count_numbers).sum(),
+        _ => 0,
+    }
 }

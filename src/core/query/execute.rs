@@ -196,9 +196,10 @@ impl BranchStream {
                 None => return Ok(None),
             },
         };
-        fetch(kv, &name).await?.map(Some).ok_or_else(|| {
-            corrupt(format!("index entry for `{name}` but no such document"))
-        })
+        fetch(kv, &name)
+            .await?
+            .map(Some)
+            .ok_or_else(|| corrupt(format!("index entry for `{name}` but no such document")))
     }
 
     async fn next_match<K: KvRead>(
@@ -279,8 +280,11 @@ struct Merged {
 
 impl Merged {
     fn new(plan: &Plan, batch: usize) -> Merged {
-        let branches: Vec<BranchStream> =
-            plan.branches.iter().map(|b| BranchStream::new(b, batch)).collect();
+        let branches: Vec<BranchStream> = plan
+            .branches
+            .iter()
+            .map(|b| BranchStream::new(b, batch))
+            .collect();
         let heads = branches.iter().map(|_| None).collect();
         Merged {
             branches,
@@ -335,7 +339,12 @@ impl Merged {
         }
     }
 
-    async fn refill<K: KvRead>(&mut self, i: usize, kv: &K, matcher: &Matcher) -> Result<(), QueryError> {
+    async fn refill<K: KvRead>(
+        &mut self,
+        i: usize,
+        kv: &K,
+        matcher: &Matcher,
+    ) -> Result<(), QueryError> {
         self.heads[i] = self.branches[i]
             .next_match(kv, matcher)
             .await?
@@ -394,12 +403,17 @@ pub fn project(fields: &Map, paths: &[crate::core::path::FieldPath]) -> Map {
         }
         if let Some(v) = get_path(fields, p.segments()) {
             let mut cur = &mut out;
-            let (last, parents) = p.segments().split_last().expect("field paths have segments");
+            let (last, parents) = p
+                .segments()
+                .split_last()
+                .expect("field paths have segments");
             for s in parents {
                 let entry = cur
                     .entry(s.clone())
                     .or_insert_with(|| Value::Map(Map::new()));
-                let Value::Map(m) = entry else { unreachable!("parents are maps") };
+                let Value::Map(m) = entry else {
+                    unreachable!("parents are maps")
+                };
                 cur = m;
             }
             cur.insert(last.clone(), v.clone());

@@ -6,8 +6,8 @@
 
 use std::cmp::Ordering;
 
-use super::model::{Cursor, FieldFilter, Filter, OrderBy, Query, Source};
 use super::model::Operator as Op;
+use super::model::{Cursor, FieldFilter, Filter, OrderBy, Query, Source};
 use super::normalize::normalized_order;
 use crate::core::document::Document;
 use crate::core::encoding::key::{write_value, Direction};
@@ -124,7 +124,11 @@ impl Matcher {
     /// Source, filters and ordered fields present; cursors are not considered.
     pub fn matches_ignoring_cursors(&self, doc: &Document) -> bool {
         in_source(&self.query.source, doc)
-            && self.query.filter.as_ref().is_none_or(|f| matches_filter(doc, f))
+            && self
+                .query
+                .filter
+                .as_ref()
+                .is_none_or(|f| matches_filter(doc, f))
             && self.order.iter().all(|o| doc.field(&o.field).is_some())
     }
 

@@ -1,9 +1,9 @@
 //! Queries: the model, validation, normalization, the matcher, planning and execution.
 
+pub mod execute;
+pub mod matcher;
 pub mod model;
 pub mod normalize;
 pub mod plan;
-pub mod execute;
-pub mod matcher;
 pub mod validate;
 pub mod view;

@@ -24,23 +24,22 @@ pub fn inequality_fields(q: &Query) -> BTreeSet<FieldPath> {
 }
 
 /// The normalized order: the explicit `orderBy`s, then the inequality fields not explicitly
-/// ordered (sorted by field path), then `__name__`, the implicit parts in the direction of the
-/// last explicit `orderBy` (ascending if none). Always ends with `__name__`.
+/// ordered (sorted by field path; `__name__` is never one of them), then `__name__` unless
+/// explicitly ordered, the implicit parts in the direction of the last explicit `orderBy`
+/// (ascending if none). Always contains `__name__`; fields after an explicit `__name__` never
+/// break a tie, but documents lacking them still drop out, as with any `orderBy`.
 pub fn normalized_order(q: &Query) -> Vec<OrderBy> {
     let mut order = q.order_by.clone();
     let implicit_dir = order.last().map_or(Direction::Ascending, |o| o.dir);
     for f in inequality_fields(q) {
-        if !order.iter().any(|o| o.field == f) {
+        if !f.is_document_id() && !order.iter().any(|o| o.field == f) {
             order.push(OrderBy {
                 field: f,
                 dir: implicit_dir,
             });
         }
     }
-    if let Some(pos) = order.iter().position(|o| o.field.is_document_id()) {
-        // Anything after an explicit `__name__` can never break a tie.
-        order.truncate(pos + 1);
-    } else {
+    if !order.iter().any(|o| o.field.is_document_id()) {
         order.push(OrderBy {
             field: FieldPath::document_id(),
             dir: implicit_dir,

@@ -41,7 +41,10 @@ pub enum Access {
     /// Documents-table ranges; keys are document keys, values the documents.
     Documents { ranges: Vec<KeyRange> },
     /// Index ranges of one index.
-    Index { def: IndexDef, ranges: Vec<KeyRange> },
+    Index {
+        def: IndexDef,
+        ranges: Vec<KeyRange>,
+    },
     /// A zig-zag join: every scan covers the same suffix; matching suffixes are results.
     ZigZag { scans: Vec<JoinScan> },
 }
@@ -296,6 +299,7 @@ enum NameScope {
 struct Planner<'a> {
     catalog: &'a IndexCatalog,
     query: &'a Query,
+    /// The normalized order up to and including `__name__`.
     order: Vec<OrderBy>,
     scope: QueryScope,
 }
@@ -478,6 +482,9 @@ impl<'a> Planner<'a> {
             }
         }
         let _ = is_start;
+        // Values past `__name__` (an explicit `orderBy` after it) only matter on a tie with
+        // the cursor's own document, which an inclusive bound keeps for the matcher to judge.
+        let inclusive = inclusive || values.len() > self.order.len();
         Some(if inclusive == is_start {
             Pos::Before(bytes)
         } else {
@@ -498,12 +505,21 @@ impl<'a> Planner<'a> {
     }
 
     fn name_dir(&self) -> Direction {
-        self.order.last().expect("normalized order ends with __name__").dir
+        self.order
+            .last()
+            .expect("normalized order ends with __name__")
+            .dir
     }
 
     /// Whether `def` serves the branch, covering `covered` equality/contains fields; returns
     /// whether its key order is the reverse of query order.
-    fn fits(&self, def: &IndexDef, conj: &Conj, suffix: &[OrderBy], whole: bool) -> Option<(bool, usize)> {
+    fn fits(
+        &self,
+        def: &IndexDef,
+        conj: &Conj,
+        suffix: &[OrderBy],
+        whole: bool,
+    ) -> Option<(bool, usize)> {
         if def.fields.len() < suffix.len() {
             return None;
         }
@@ -552,7 +568,10 @@ impl<'a> Planner<'a> {
             .cloned()
             .collect();
         if suffix.len() == 1 {
-            out.extend(self.catalog.ordered_single_field(group, &suffix[0].field, self.scope));
+            out.extend(
+                self.catalog
+                    .ordered_single_field(group, &suffix[0].field, self.scope),
+            );
         }
         if suffix.is_empty() {
             for (f, _) in &conj.eqs {
@@ -561,7 +580,10 @@ impl<'a> Planner<'a> {
             for (f, _) in &conj.contains {
                 out.extend(self.catalog.contains_single_field(group, f, self.scope));
             }
-            if self.scope == QueryScope::CollectionGroup && conj.eqs.is_empty() && conj.contains.is_empty() {
+            if self.scope == QueryScope::CollectionGroup
+                && conj.eqs.is_empty()
+                && conj.contains.is_empty()
+            {
                 out.push(IndexCatalog::group_name_index(group));
             }
         }
@@ -570,13 +592,21 @@ impl<'a> Planner<'a> {
 
     /// The equality prefix bytes of `def` for this branch.
     fn eq_prefix(&self, def: &IndexDef, conj: &Conj, p: usize) -> Vec<u8> {
-        let parent = self.parent().cloned().unwrap_or_else(|| {
-            CollectionPath::parse("unused").expect("a valid collection path")
-        });
+        let parent = self
+            .parent()
+            .cloned()
+            .unwrap_or_else(|| CollectionPath::parse("unused").expect("a valid collection path"));
         let mut prefix = index_prefix(def, &parent);
         for (f, m) in &def.fields[..p] {
             let v = match m {
-                FieldMode::ArrayContains => &conj.contains.iter().find(|(cf, _)| cf == f).expect("fits").1,
+                FieldMode::ArrayContains => {
+                    &conj
+                        .contains
+                        .iter()
+                        .find(|(cf, _)| cf == f)
+                        .expect("fits")
+                        .1
+                }
                 _ => &conj.eqs.iter().find(|(ef, _)| ef == f).expect("fits").1,
             };
             write_value(v, field_direction(*m), &mut prefix, &mut Vec::new());
@@ -626,6 +656,28 @@ impl<'a> Planner<'a> {
             }));
         }
         let suffix = self.suffix(conj);
+        // An array-contains on a field the branch also fixes with `==` or orders by stays a
+        // residual filter that the matcher checks: no index can hold one field twice.
+        let narrowed;
+        let conj = if conj.contains.iter().any(|(f, _)| {
+            conj.eqs.iter().any(|(e, _)| e == f) || suffix.iter().any(|o| o.field == *f)
+        }) {
+            narrowed = Conj {
+                contains: conj
+                    .contains
+                    .iter()
+                    .filter(|(f, _)| {
+                        !conj.eqs.iter().any(|(e, _)| e == f)
+                            && !suffix.iter().any(|o| o.field == *f)
+                    })
+                    .cloned()
+                    .collect(),
+                ..conj.clone()
+            };
+            &narrowed
+        } else {
+            conj
+        };
         // A collection read in name order: the documents table.
         if let (Some(parent), true, true) = (
             self.parent(),
@@ -796,16 +848,34 @@ impl<'a> Planner<'a> {
         let spec = def.to_spec();
         let message = if spec.fields.len() == 1 {
             let f = &spec.fields[0];
+            // An override replaces the field's automatic indexes, so the entry lists the ones
+            // the field has now as well: pasting it adds an index and removes none.
+            let mut entries = Vec::new();
+            for scope in [QueryScope::Collection, QueryScope::CollectionGroup] {
+                let m = self.catalog.single_field_modes(group, &f.field_path, scope);
+                for (on, mode) in [
+                    (m.ascending, FieldMode::Ascending),
+                    (m.descending, FieldMode::Descending),
+                    (m.array_contains, FieldMode::ArrayContains),
+                ] {
+                    if on || (mode == f.mode && scope == self.scope) {
+                        let (key, value) = match mode {
+                            FieldMode::Ascending => ("order", "ASCENDING"),
+                            FieldMode::Descending => ("order", "DESCENDING"),
+                            FieldMode::ArrayContains => ("arrayConfig", "CONTAINS"),
+                        };
+                        entries.push(format!(
+                            "{{ \"{key}\": \"{value}\", \"queryScope\": \"{}\" }}",
+                            scope.as_str()
+                        ));
+                    }
+                }
+            }
             format!(
-                "the query requires a single-field index that is not enabled: add this to \"fieldOverrides\" in firestore.indexes.json:\n{{\n  \"collectionGroup\": \"{group}\",\n  \"fieldPath\": \"{}\",\n  \"indexes\": [\n    {{ \"{}\": \"{}\", \"queryScope\": \"{}\" }}\n  ]\n}}",
-                f.field_path,
-                if f.mode == FieldMode::ArrayContains { "arrayConfig" } else { "order" },
-                match f.mode {
-                    FieldMode::Ascending => "ASCENDING",
-                    FieldMode::Descending => "DESCENDING",
-                    FieldMode::ArrayContains => "CONTAINS",
-                },
-                self.scope.as_str()
+                "the query requires a single-field index that is not enabled: add this to \"fieldOverrides\" in firestore.indexes.json, in place of any entry for the same field:\n{{\n  \"collectionGroup\": {},\n  \"fieldPath\": {},\n  \"indexes\": [\n    {}\n  ]\n}}",
+                json_string(group),
+                json_string(&f.field_path.to_string()),
+                entries.join(",\n    ")
             )
         } else {
             format!(
@@ -820,13 +890,23 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// `s` as a JSON string literal (field paths may hold quotes and backslashes).
+fn json_string(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
+}
+
 /// Plans a validated query.
 pub fn plan(catalog: &IndexCatalog, query: &Query) -> Result<Plan, QueryError> {
     let order = normalized_order(query);
+    // Scans order by the normalized order up to `__name__`: nothing after it breaks a tie.
+    let name_at = order
+        .iter()
+        .position(|o| o.field.is_document_id())
+        .expect("the normalized order has __name__");
     let planner = Planner {
         catalog,
         query,
-        order: order.clone(),
+        order: order[..=name_at].to_vec(),
         scope: match query.source {
             Source::Collection(_) => QueryScope::Collection,
             Source::CollectionGroup(_) => QueryScope::CollectionGroup,
@@ -882,7 +962,11 @@ impl fmt::Display for Plan {
             f,
             "order by {}{}",
             order.join(", "),
-            if self.reversed { " (read from the end)" } else { "" }
+            if self.reversed {
+                " (read from the end)"
+            } else {
+                ""
+            }
         )?;
         if self.branches.len() > 1 {
             writeln!(f, "merge {} branches", self.branches.len())?;

@@ -111,8 +111,16 @@ fn validate_field_filter(source: &Source, ff: &FieldFilter) -> Result<FieldFilte
                 "'{op}' filters support a maximum of {MAX_LIST_VALUES} elements in the value array"
             )));
         }
-        if items.iter().any(|x| has_nested_array(x, true)) {
-            return Err(invalid(format!("'{op}' filters cannot contain nested arrays")));
+        // An `in` / `not-in` value may itself be an array (`in [['west'], ['east']]` finds
+        // fields equal to either array); array-contains-any compares elements, never arrays.
+        let elements_are_in_array = op == Operator::ArrayContainsAny;
+        if items
+            .iter()
+            .any(|x| has_nested_array(x, elements_are_in_array))
+        {
+            return Err(invalid(format!(
+                "'{op}' filters cannot contain nested arrays"
+            )));
         }
     } else if has_nested_array(&ff.value, false) {
         return Err(invalid(format!(
@@ -161,12 +169,11 @@ fn validate_filter(source: &Source, f: &Filter) -> Result<Filter, QueryError> {
 fn check_operator_mix(filter: &Filter) -> Result<(), QueryError> {
     let ops: Vec<Operator> = filter.field_filters().iter().map(|f| f.op).collect();
     let count = |o: Operator| ops.iter().filter(|x| **x == o).count();
-    let (ne, not_in, in_, any, contains) = (
+    let (ne, not_in, in_, any) = (
         count(Operator::NotEqual),
         count(Operator::NotIn),
         count(Operator::In),
         count(Operator::ArrayContainsAny),
-        count(Operator::ArrayContains),
     );
     if ne > 0 && not_in > 0 {
         return Err(invalid("you cannot use 'not-in' filters with '!=' filters"));
@@ -185,18 +192,29 @@ fn check_operator_mix(filter: &Filter) -> Result<(), QueryError> {
             "you cannot use 'not-in' filters with 'array-contains-any' filters",
         ));
     }
-    if any > 1 {
-        return Err(invalid(
-            "you cannot use more than one 'array-contains-any' filter",
-        ));
-    }
-    if contains > 1 {
-        return Err(invalid("you cannot use more than one 'array-contains' filter"));
-    }
-    if any > 0 && contains > 0 {
-        return Err(invalid(
-            "you cannot use 'array-contains-any' filters with 'array-contains' filters",
-        ));
+    // Array membership is limited per disjunction: `or(a array-contains 1, b array-contains
+    // 2)` is a valid query, `a array-contains 1 and b array-contains 2` is not.
+    for conj in dnf(Some(filter), MAX_DISJUNCTIONS).unwrap_or_default() {
+        let count = |o: Operator| conj.iter().filter(|f| f.op == o).count();
+        let (any, contains) = (
+            count(Operator::ArrayContainsAny),
+            count(Operator::ArrayContains),
+        );
+        if any > 1 {
+            return Err(invalid(
+                "you cannot use more than one 'array-contains-any' filter in one disjunction",
+            ));
+        }
+        if contains > 1 {
+            return Err(invalid(
+                "you cannot use more than one 'array-contains' filter in one disjunction",
+            ));
+        }
+        if any > 0 && contains > 0 {
+            return Err(invalid(
+                "you cannot use 'array-contains-any' filters with 'array-contains' filters in one disjunction",
+            ));
+        }
     }
     Ok(())
 }
@@ -208,7 +226,11 @@ fn validate_cursor(
     order_len: usize,
 ) -> Result<Cursor, QueryError> {
     let explicit = q.order_by.len();
-    let allowed = if c.from_document { order_len } else { explicit.max(1).min(order_len) };
+    let allowed = if c.from_document {
+        order_len
+    } else {
+        explicit.max(1).min(order_len)
+    };
     // Without any orderBy, one value is a `__name__` cursor (the normalized order's only part).
     if c.values.len() > allowed || (!c.from_document && explicit > 0 && c.values.len() > explicit) {
         return Err(invalid(format!(
@@ -221,7 +243,9 @@ fn validate_cursor(
         if order[i].field.is_document_id() {
             *v = resolve_name(&q.source, v, what)?;
         } else if has_nested_array(v, false) {
-            return Err(invalid(format!("{what}() values cannot contain nested arrays")));
+            return Err(invalid(format!(
+                "{what}() values cannot contain nested arrays"
+            )));
         }
     }
     Ok(c)
