@@ -1,9 +1,9 @@
 //! Hearth: a local-first document database. The platform-independent engine lives in
 //! [`core`]; the WebAssembly client and the native relay are glue around it.
 
-pub mod core;
 #[cfg(target_arch = "wasm32")]
 pub mod client;
+pub mod core;
 #[cfg(feature = "relay")]
 pub mod relay;
 

@@ -13,7 +13,11 @@ use hearth::relay::store::Store;
 use hearth::relay::{run, Config, Relay};
 
 #[derive(Parser)]
-#[command(name = "hearth-relay", version, about = "Hearth's authoritative server: documents, indexes, writes and real-time queries over WebSocket")]
+#[command(
+    name = "hearth-relay",
+    version,
+    about = "Hearth's authoritative server: documents, indexes, writes and real-time queries over WebSocket"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -108,9 +112,8 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("installing the SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

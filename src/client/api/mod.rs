@@ -29,34 +29,49 @@ pub struct Db {
     pub(crate) engine: Rc<Engine>,
     pub(crate) sync: Option<Rc<Sync>>,
     /// Tells other tabs (and workers) of this origin which documents changed locally.
-    channel: std::cell::RefCell<Option<(web_sys::BroadcastChannel, Closure<dyn FnMut(web_sys::MessageEvent)>)>>,
+    channel: std::cell::RefCell<
+        Option<(
+            web_sys::BroadcastChannel,
+            Closure<dyn FnMut(web_sys::MessageEvent)>,
+        )>,
+    >,
 }
 
 impl Db {
     /// Links this database with its other tabs: a local change here is re-read there from
     /// IndexedDB and raised to their listeners.
     fn link_tabs(self: &Rc<Self>) {
-        let Ok(channel) = web_sys::BroadcastChannel::new(&format!("hearth:{}", self.engine.name)) else {
+        let Ok(channel) = web_sys::BroadcastChannel::new(&format!("hearth:{}", self.engine.name))
+        else {
             return;
         };
         let weak = Rc::downgrade(self);
-        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-            let Some(db) = weak.upgrade() else { return };
-            let Ok(list) = e.data().dyn_into::<js_sys::Array>() else { return };
-            let names: Vec<DocumentName> = list
-                .iter()
-                .filter_map(|v| v.as_string())
-                .filter_map(|p| DocumentName::parse(&p).ok())
-                .collect();
-            let engine = db.engine.clone();
-            wasm_bindgen_futures::spawn_local(async move { engine.external_change(names).await });
-        });
+        let on_message =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+                let Some(db) = weak.upgrade() else { return };
+                let Ok(list) = e.data().dyn_into::<js_sys::Array>() else {
+                    return;
+                };
+                let names: Vec<DocumentName> = list
+                    .iter()
+                    .filter_map(|v| v.as_string())
+                    .filter_map(|p| DocumentName::parse(&p).ok())
+                    .collect();
+                let engine = db.engine.clone();
+                wasm_bindgen_futures::spawn_local(
+                    async move { engine.external_change(names).await },
+                );
+            });
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         let post = channel.clone();
-        *self.engine.on_local_change.borrow_mut() = Some(Box::new(move |names: &[DocumentName]| {
-            let list: js_sys::Array = names.iter().map(|n| JsValue::from_str(&n.to_string())).collect();
-            let _ = post.post_message(&list);
-        }));
+        *self.engine.on_local_change.borrow_mut() =
+            Some(Box::new(move |names: &[DocumentName]| {
+                let list: js_sys::Array = names
+                    .iter()
+                    .map(|n| JsValue::from_str(&n.to_string()))
+                    .collect();
+                let _ = post.post_message(&list);
+            }));
         *self.channel.borrow_mut() = Some((channel, on_message));
     }
 
@@ -153,7 +168,11 @@ impl Hearth {
                     Some(Sync::start(&engine, ws_url(&url), token, provider).await?)
                 }
             };
-            let db = Rc::new(Db { engine, sync, channel: std::cell::RefCell::new(None) });
+            let db = Rc::new(Db {
+                engine,
+                sync,
+                channel: std::cell::RefCell::new(None),
+            });
             db.link_tabs();
             // References read back from documents become DocumentReferences of this database.
             let weak = Rc::downgrade(&db);
