@@ -78,6 +78,9 @@ struct ServeArgs {
     /// Most concurrent WebSocket connections.
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS", default_value_t = 19_000)]
     max_connections: usize,
+    /// Serve this directory's files over HTTP at `/` (the demo app and the npm package).
+    #[arg(long, env = "HEARTH_STATIC_DIR")]
+    static_dir: Option<PathBuf>,
     /// Log format: `text` or `json`.
     #[arg(long, env = "HEARTH_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -152,6 +155,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_inflight_writes = args.max_inflight_writes.max(1);
     config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
     config.max_connections = args.max_connections.max(1);
+    config.static_dir = args.static_dir.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -57,7 +57,50 @@ pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>, slots: Arc<Semapho
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/ws", get(upgrade))
+        .fallback(get(static_file))
         .with_state(AppState { relay, stop, slots })
+}
+
+/// Serves a file of `--static-dir` (the demo app and the built package), read-only; paths
+/// with `..` or hidden segments are refused.
+async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Response {
+    let Some(dir) = s.relay.config.static_dir.clone() else {
+        return (StatusCode::NOT_FOUND, "not found\n").into_response();
+    };
+    let path = uri.path().trim_start_matches('/');
+    if path
+        .split('/')
+        .any(|seg| seg == ".." || seg.starts_with('.'))
+    {
+        return (StatusCode::BAD_REQUEST, "bad path\n").into_response();
+    }
+    let mut file = dir.join(path);
+    if path.is_empty() || path.ends_with('/') {
+        file = file.join("index.html");
+    }
+    let content_type = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js" | "mjs") => "text/javascript",
+        Some("wasm") => "application/wasm",
+        Some("json") => "application/json",
+        Some("css") => "text/css",
+        Some("ts") => "text/plain",
+        _ => "application/octet-stream",
+    };
+    match tokio::task::spawn_blocking(move || std::fs::read(&file))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    {
+        Ok(body) => (
+            [
+                ("content-type", content_type),
+                ("cache-control", "no-cache"),
+            ],
+            body,
+        )
+            .into_response(),
+        Err(_) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+    }
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {

@@ -57,6 +57,8 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     /// Most concurrent connections.
     pub max_connections: usize,
+    /// A directory served over plain HTTP at `/` (the demo app and the built package).
+    pub static_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -71,6 +73,7 @@ impl Config {
             max_inflight_writes: 10_000,
             max_outbound_bytes: 32 << 20,
             max_connections: 19_000,
+            static_dir: None,
         }
     }
 }
