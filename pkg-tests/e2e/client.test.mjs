@@ -213,3 +213,22 @@ test('two tabs of one origin share one IndexedDB database and see each other\'s 
   await a.close();
   await b.close();
 });
+
+test('the engine runs in a service worker and answers from the local database', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'demo', { relay: undefined });
+  await p.evaluate(() => window.db.collection('items').doc('sw1').set({ text: 'cached for the worker', createdAt: 1 }));
+  await p.goto(`${server.origin}/worker/index.html`);
+  await p.waitForFunction(() => document.getElementById('out').textContent.includes('cached for the worker'), null, { timeout: 30000 });
+  await p.close();
+});
+
+test('the demo app adds an item and shows it at once', { timeout: 60000 }, async () => {
+  const p = await browser.context.newPage();
+  await p.goto(`${server.origin}/www/index.html`);
+  await p.waitForFunction(() => document.getElementById('status').textContent.includes('items'), null, { timeout: 30000 });
+  await p.fill('#text', 'buy bread');
+  await p.click('form button');
+  await p.waitForFunction(() => document.getElementById('items').textContent.includes('buy bread'), null, { timeout: 20000 });
+  await p.close();
+});
