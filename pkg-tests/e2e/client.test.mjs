@@ -232,3 +232,25 @@ test('the demo app adds an item and shows it at once', { timeout: 60000 }, async
   await p.waitForFunction(() => document.getElementById('items').textContent.includes('buy bread'), null, { timeout: 20000 });
   await p.close();
 });
+
+test('a document deleted elsewhere while offline leaves the cached result when back online', { timeout: 60000 }, async () => {
+  const a = await page();
+  const b = await page();
+  await open(a, 'reconcile');
+  await open(b, 'reconcile');
+  await b.evaluate(async () => {
+    await window.db.collection('r').doc('keep').set({ v: 1 });
+    await window.db.collection('r').doc('gone').set({ v: 2 });
+  });
+  await a.evaluate(() => {
+    window.seen = [];
+    window.db.collection('r').where('v', '>', 0).onSnapshot((s) => window.seen.push(s.docs.map((d) => d.id).sort().join(',')));
+  });
+  await a.waitForFunction(() => window.seen.at(-1) === 'gone,keep', null, { timeout: 20000 });
+  await a.evaluate(() => window.db.disableNetwork());
+  await b.evaluate(() => window.db.collection('r').doc('gone').delete());
+  await a.evaluate(() => window.db.enableNetwork());
+  await a.waitForFunction(() => window.seen.at(-1) === 'keep', null, { timeout: 20000 });
+  await a.close();
+  await b.close();
+});

@@ -460,6 +460,8 @@ impl Sync {
         let mut limbo: BTreeSet<DocumentName> = BTreeSet::new();
         let mut current = Vec::new();
         let mut persist = Vec::new();
+        // Targets that got a complete result: (query, its documents).
+        let mut resets: Vec<(Query, BTreeSet<DocumentName>)> = Vec::new();
         {
             let mut targets = self.targets.borrow_mut();
             for (id, t) in targets.iter_mut().filter(|(_, t)| t.answered) {
@@ -474,6 +476,7 @@ impl Sync {
                             })
                             .collect();
                         limbo.extend(t.docs.difference(&fresh).cloned());
+                        resets.push((t.query.clone(), fresh.clone()));
                         t.docs = fresh;
                     }
                     for c in changes {
@@ -497,6 +500,18 @@ impl Sync {
                     key: Key::Bytes(t.key.clone()),
                     value: version.to_be_bytes().to_vec(),
                 });
+            }
+        }
+        // Cached documents the local view still shows for a reset target (e.g. after a reload,
+        // or changes missed while offline) but the relay's result lacks are read again.
+        for (query, fresh) in resets {
+            if let Ok(local) = engine.query(&query).await {
+                limbo.extend(
+                    local
+                        .into_iter()
+                        .map(|d| d.name)
+                        .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
+                );
             }
         }
         let _ = engine.server_documents(upserts).await;
