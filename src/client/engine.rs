@@ -334,8 +334,6 @@ impl Engine {
                         send(&batch);
                     }
                 } else {
-                    // Without a relay the local copy is the database: nothing stays pending.
-                    let _ = self.acknowledge(batch.id, 0).await;
                     settle(Ok(0));
                 }
             }
@@ -356,13 +354,14 @@ impl Engine {
             commit_time: Timestamp::from_micros(now_micros())
                 .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
         };
-        // (name, old local, new local)
+        // (name, old local, new local); one read transaction serves the whole batch.
+        let read = self.store.read().await?;
         let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
         for m in &batch.mutations {
             let pos = touched.iter().position(|(n, _, _)| *n == m.name);
             let base = match pos {
                 Some(i) => touched[i].2.clone(),
-                None => self.local_doc(&m.name).await?,
+                None => fetch(&read, &m.name).await?,
             };
             let new = m.apply(base.as_ref(), &ctx)?;
             match pos {
@@ -371,10 +370,9 @@ impl Engine {
             }
         }
         let mut ops = Vec::new();
-        let read = self.store.read().await?;
         for (name, old, new) in &touched {
             self.doc_ops(name, old.as_ref(), new.as_ref(), &mut ops)?;
-            if !self.has_pending(name) {
+            if self.synced && !self.has_pending(name) {
                 // The local document equals the server's: keep it as the base to rebuild from.
                 let key = document_key(name);
                 if read.get_remote(&key).await?.is_none() {
@@ -387,13 +385,18 @@ impl Engine {
             }
         }
         drop(read);
-        ops.push(WriteOp::Put {
-            store: Store::Mutations,
-            key: Key::Number(batch.id as f64),
-            value: batch.encode(),
-        });
+        if self.synced {
+            // Without a relay the local copy is the database: nothing is queued.
+            ops.push(WriteOp::Put {
+                store: Store::Mutations,
+                key: Key::Number(batch.id as f64),
+                value: batch.encode(),
+            });
+        }
         self.store.write(ops).await?;
-        self.queue.borrow_mut().push(batch.clone());
+        if self.synced {
+            self.queue.borrow_mut().push(batch.clone());
+        }
         drop(guard);
         let changed: Vec<(DocumentName, Option<Document>)> =
             touched.into_iter().map(|(n, _, new)| (n, new)).collect();

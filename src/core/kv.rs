@@ -62,6 +62,20 @@ pub type Row = (Vec<u8>, Vec<u8>);
 pub trait KvRead {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
 
+    /// The values of several keys, in order (`None` where absent). Stores that can overlap
+    /// requests (IndexedDB) override this; the default reads one by one.
+    async fn get_many(
+        &self,
+        table: Table,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.get(table, k).await?);
+        }
+        Ok(out)
+    }
+
     /// At most `limit` rows of `range`, in ascending key order, or descending if `reverse`.
     async fn scan(
         &self,

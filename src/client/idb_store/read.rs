@@ -89,6 +89,26 @@ impl IdbRead {
         Ok(made)
     }
 
+    /// Several gets on one transaction: every request is made before the first is awaited,
+    /// so IndexedDB serves them back to back.
+    pub(super) async fn get_many_raw(
+        &self,
+        store: Store,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, JsValue> {
+        let mut pending = Vec::with_capacity(keys.len());
+        for k in keys {
+            let key = js::bytes(k);
+            pending.push(RequestEvents::new(self.request(store, |s| s.get(&key))?));
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for events in pending {
+            let value = events.next().await?;
+            out.push((!value.is_undefined()).then(|| js::to_bytes(&value)));
+        }
+        Ok(out)
+    }
+
     async fn get_raw(&self, store: Store, key: &JsValue) -> Result<Option<Vec<u8>>, JsValue> {
         let events = RequestEvents::new(self.request(store, |s| s.get(key))?);
         let value = events.next().await?;
@@ -237,6 +257,17 @@ impl KvRead for IdbRead {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         let store = table_store(table);
         self.get_raw(store, &js::bytes(key))
+            .await
+            .map_err(|e| self.kv_error(&format!("reading `{}`", store.name()), &e))
+    }
+
+    async fn get_many(
+        &self,
+        table: Table,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        let store = table_store(table);
+        self.get_many_raw(store, keys)
             .await
             .map_err(|e| self.kv_error(&format!("reading `{}`", store.name()), &e))
     }

@@ -136,6 +136,8 @@ enum Source {
 /// One branch: yields its matching documents in query (or reversed) order.
 struct BranchStream {
     source: Source,
+    /// Documents of index rows already read, fetched together (in order).
+    prefetched: VecDeque<(DocumentName, Option<Document>)>,
 }
 
 impl BranchStream {
@@ -168,7 +170,10 @@ impl BranchStream {
                     .collect(),
             ),
         };
-        BranchStream { source }
+        BranchStream {
+            source,
+            prefetched: VecDeque::new(),
+        }
     }
 
     /// The next candidate document, not yet matched.
@@ -186,10 +191,29 @@ impl BranchStream {
                 return Ok(Some(doc));
             }
             Source::Index(def, scanner) => {
-                let Some((key, _)) = scanner.pop_next(kv).await? else {
-                    return Ok(None);
-                };
-                decode_entry(def, &key).map_err(corrupt)?.name
+                if self.prefetched.is_empty() {
+                    // Fetch the documents of every index row read so far in one request
+                    // batch: a store like IndexedDB overlaps them.
+                    if scanner.peek(kv).await?.is_none() {
+                        return Ok(None);
+                    }
+                    let mut names = Vec::with_capacity(scanner.buf.len());
+                    while let Some((key, _)) = scanner.pop() {
+                        names.push(decode_entry(def, &key).map_err(corrupt)?.name);
+                    }
+                    let keys: Vec<Vec<u8>> = names.iter().map(document_key).collect();
+                    let docs = kv.get_many(Table::Documents, &keys).await?;
+                    for (name, bytes) in names.into_iter().zip(docs) {
+                        let doc = bytes
+                            .map(|b| decode_document(&b).map_err(corrupt))
+                            .transpose()?;
+                        self.prefetched.push_back((name, doc));
+                    }
+                }
+                let (name, doc) = self.prefetched.pop_front().expect("filled above");
+                return doc.map(Some).ok_or_else(|| {
+                    corrupt(format!("index entry for `{name}` but no such document"))
+                });
             }
             Source::ZigZag(scans) => match zigzag_next(kv, scans).await? {
                 Some(name) => name,
@@ -213,13 +237,6 @@ impl BranchStream {
             }
         }
         Ok(None)
-    }
-}
-
-impl RangeScanner {
-    async fn pop_next<K: KvRead>(&mut self, kv: &K) -> Result<Option<Row>, QueryError> {
-        self.peek(kv).await?;
-        Ok(self.pop())
     }
 }
 
