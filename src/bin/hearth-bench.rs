@@ -120,6 +120,9 @@ struct YcsbArgs {
     /// Most operations outstanding; past it the generator waits (and the lateness counts).
     #[arg(long, default_value_t = 20_000)]
     max_inflight: usize,
+    /// Override the workload's read fraction (0..1), e.g. 1.0 for a read-only control run.
+    #[arg(long)]
+    read_proportion: Option<f64>,
 }
 
 #[derive(Args)]
@@ -764,6 +767,7 @@ async fn ycsb_on(relay: &Relay, t: &TargetArgs, a: &YcsbArgs) -> Result<()> {
         Workload::A => ("a", 0.5),
         Workload::B => ("b", 0.95),
     };
+    let read_frac = a.read_proportion.unwrap_or(read_frac).clamp(0.0, 1.0);
     let tag = run_tag();
     let (clients, errs) =
         connect_many(&relay.url, t, &format!("ycsb-{tag}"), a.clients.max(1), 64).await;
@@ -931,7 +935,7 @@ async fn ycsb_on(relay: &Relay, t: &TargetArgs, a: &YcsbArgs) -> Result<()> {
         emit(merge(
             json!({
                 "bench": "ycsb", "workload": wl,
-                "params": {"records": a.records, "target_qps": qps, "seconds": a.seconds, "warmup_s": a.warmup, "clients": a.clients, "value_bytes": a.value_bytes},
+                "params": {"records": a.records, "target_qps": qps, "seconds": a.seconds, "warmup_s": a.warmup, "clients": a.clients, "value_bytes": a.value_bytes, "read_proportion": read_frac},
                 "ops": ops,
                 "duration_s": round3(window_s),
                 "throughput": round3(ops as f64 / window_s.max(1e-9)),

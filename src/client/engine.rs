@@ -356,12 +356,33 @@ impl Engine {
         };
         // (name, old local, new local); one read transaction serves the whole batch.
         let read = self.store.read().await?;
+        // Every base document is requested at once (IndexedDB overlaps the reads).
+        let mut distinct: Vec<DocumentName> = Vec::new();
+        for m in &batch.mutations {
+            if !distinct.contains(&m.name) {
+                distinct.push(m.name.clone());
+            }
+        }
+        let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
+        let mut bases: HashMap<DocumentName, Option<Document>> = HashMap::new();
+        let fetched =
+            crate::core::kv::KvRead::get_many(&read, crate::core::kv::Table::Documents, &keys)
+                .await
+                .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
+        for (name, bytes) in distinct.into_iter().zip(fetched) {
+            let doc = bytes
+                .map(|b| {
+                    decode_document(&b).map_err(|e| ClientError::new("data-loss", e.to_string()))
+                })
+                .transpose()?;
+            bases.insert(name, doc);
+        }
         let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
         for m in &batch.mutations {
             let pos = touched.iter().position(|(n, _, _)| *n == m.name);
             let base = match pos {
                 Some(i) => touched[i].2.clone(),
-                None => fetch(&read, &m.name).await?,
+                None => bases.remove(&m.name).flatten(),
             };
             let new = m.apply(base.as_ref(), &ctx)?;
             match pos {
