@@ -457,7 +457,13 @@ pub async fn run_aggregation<K: KvRead>(
     let mut acc: Vec<Accumulator> = aggs.iter().map(|_| Accumulator::default()).collect();
     let mut seen = 0u64;
     let mut skipped = 0;
-    while limit.is_none_or(|l| seen < l) {
+    // `limitToLast` reads backward; its (limited) documents are summed in query order so
+    // that double sums round the same way whichever direction the plan reads.
+    let mut backward = Vec::new();
+    loop {
+        if limit.is_some_and(|l| seen >= l) {
+            break;
+        }
         let Some(doc) = merged.next(kv, &matcher).await? else {
             break;
         };
@@ -466,16 +472,14 @@ pub async fn run_aggregation<K: KvRead>(
             continue;
         }
         seen += 1;
-        for (a, agg) in acc.iter_mut().zip(aggs) {
-            match agg {
-                Aggregation::Count => {}
-                Aggregation::Sum(f) | Aggregation::Average(f) => {
-                    if let Some(v) = doc.field(f) {
-                        a.add(&v);
-                    }
-                }
-            }
+        if q.limit_type == LimitType::Last {
+            backward.push(doc);
+            continue;
         }
+        add_to(&mut acc, aggs, &doc);
+    }
+    for doc in backward.iter().rev() {
+        add_to(&mut acc, aggs, doc);
     }
     Ok(acc
         .iter()
@@ -486,6 +490,21 @@ pub async fn run_aggregation<K: KvRead>(
             Aggregation::Average(_) => a.average(),
         })
         .collect())
+}
+
+fn add_to(acc: &mut [Accumulator], aggs: &[Aggregation], doc: &Document) {
+    for (a, agg) in acc.iter_mut().zip(aggs) {
+        {
+            match agg {
+                Aggregation::Count => {}
+                Aggregation::Sum(f) | Aggregation::Average(f) => {
+                    if let Some(v) = doc.field(f) {
+                        a.add(&v);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
