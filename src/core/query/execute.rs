@@ -494,14 +494,9 @@ pub async fn run_aggregation<K: KvRead>(
 
 fn add_to(acc: &mut [Accumulator], aggs: &[Aggregation], doc: &Document) {
     for (a, agg) in acc.iter_mut().zip(aggs) {
-        {
-            match agg {
-                Aggregation::Count => {}
-                Aggregation::Sum(f) | Aggregation::Average(f) => {
-                    if let Some(v) = doc.field(f) {
-                        a.add(&v);
-                    }
-                }
+        if let Aggregation::Sum(f) | Aggregation::Average(f) = agg {
+            if let Some(v) = doc.field(f) {
+                a.add(&v);
             }
         }
     }
