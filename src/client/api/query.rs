@@ -282,6 +282,24 @@ impl Query {
         })
     }
 
+    /// The query with a start (`start`) or end cursor from positional values or a snapshot.
+    fn with_cursor(
+        &self,
+        list: [JsValue; 6],
+        inclusive: bool,
+        start: bool,
+    ) -> Result<Query, JsValue> {
+        let cursor = self.cursor(list, inclusive)?;
+        self.with(|q| {
+            if start {
+                q.start = Some(cursor);
+            } else {
+                q.end = Some(cursor);
+            }
+            Ok(())
+        })
+    }
+
     fn do_get(&self, options: JsValue) -> Promise {
         let db = self.db.clone();
         let q = self.query.clone();
@@ -523,12 +541,7 @@ macro_rules! query_methods {
                 e: JsValue,
                 f: JsValue,
             ) -> Result<Query, JsValue> {
-                let qq = self.as_query();
-                let cur = qq.cursor([a, b, c, d, e, f], true)?;
-                qq.with(|q| {
-                    q.start = Some(cur);
-                    Ok(())
-                })
+                self.as_query().with_cursor([a, b, c, d, e, f], true, true)
             }
 
             #[wasm_bindgen(js_name = startAfter)]
@@ -541,12 +554,7 @@ macro_rules! query_methods {
                 e: JsValue,
                 f: JsValue,
             ) -> Result<Query, JsValue> {
-                let qq = self.as_query();
-                let cur = qq.cursor([a, b, c, d, e, f], false)?;
-                qq.with(|q| {
-                    q.start = Some(cur);
-                    Ok(())
-                })
+                self.as_query().with_cursor([a, b, c, d, e, f], false, true)
             }
 
             #[wasm_bindgen(js_name = endAt)]
@@ -559,12 +567,7 @@ macro_rules! query_methods {
                 e: JsValue,
                 f: JsValue,
             ) -> Result<Query, JsValue> {
-                let qq = self.as_query();
-                let cur = qq.cursor([a, b, c, d, e, f], true)?;
-                qq.with(|q| {
-                    q.end = Some(cur);
-                    Ok(())
-                })
+                self.as_query().with_cursor([a, b, c, d, e, f], true, false)
             }
 
             #[wasm_bindgen(js_name = endBefore)]
@@ -577,12 +580,8 @@ macro_rules! query_methods {
                 e: JsValue,
                 f: JsValue,
             ) -> Result<Query, JsValue> {
-                let qq = self.as_query();
-                let cur = qq.cursor([a, b, c, d, e, f], false)?;
-                qq.with(|q| {
-                    q.end = Some(cur);
-                    Ok(())
-                })
+                self.as_query()
+                    .with_cursor([a, b, c, d, e, f], false, false)
             }
 
             /// Returns only these fields (none: names only).

@@ -203,6 +203,28 @@ impl Bounds {
     }
 }
 
+/// Every segment intersected with every interval (a `!=` filter splits each segment in two).
+fn intersect(
+    segments: Vec<Bounds>,
+    prefix: &[u8],
+    intervals: &[(Option<Pos>, Option<Pos>)],
+) -> Vec<Bounds> {
+    let mut next = Vec::with_capacity(segments.len() * intervals.len());
+    for seg in segments {
+        for (lo, hi) in intervals {
+            let mut s = seg.clone();
+            if let Some(lo) = lo {
+                s.lower(prefix, lo);
+            }
+            if let Some(hi) = hi {
+                s.upper(prefix, hi);
+            }
+            next.push(s);
+        }
+    }
+    next
+}
+
 /// Where a query-order bound lands in key space: identity, or swapped when scanning backward.
 fn place(bounds: &mut Bounds, prefix: &[u8], lower_in_query: bool, pos: Pos, flipped: bool) {
     if !flipped {
@@ -321,41 +343,14 @@ impl<'a> Planner<'a> {
                 None => f.field.is_document_id(),
             });
             for ff in filters {
-                if first.is_none() {
-                    // Name ranges: only bounds expressible in the name component help.
-                    if let Some(b) = self.name_filter_pos(ff, layout, *dir) {
-                        let mut next = Vec::new();
-                        for seg in segments {
-                            for (lo, hi) in &b {
-                                let mut s = seg.clone();
-                                if let Some(lo) = lo {
-                                    s.lower(prefix, lo);
-                                }
-                                if let Some(hi) = hi {
-                                    s.upper(prefix, hi);
-                                }
-                                next.push(s);
-                            }
-                        }
-                        segments = next;
-                    }
-                    continue;
+                // Name ranges help only where expressible in the name component.
+                let intervals = match first {
+                    None => self.name_filter_pos(ff, layout, *dir),
+                    Some(_) => Some(filter_intervals(ff, *dir)),
+                };
+                if let Some(intervals) = intervals {
+                    segments = intersect(segments, prefix, &intervals);
                 }
-                let intervals = filter_intervals(ff, *dir);
-                let mut next = Vec::new();
-                for seg in segments {
-                    for (lo, hi) in &intervals {
-                        let mut s = seg.clone();
-                        if let Some(lo) = lo {
-                            s.lower(prefix, lo);
-                        }
-                        if let Some(hi) = hi {
-                            s.upper(prefix, hi);
-                        }
-                        next.push(s);
-                    }
-                }
-                segments = next;
             }
         }
         if let Some(start) = &self.query.start {
