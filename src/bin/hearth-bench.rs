@@ -388,9 +388,9 @@ impl Relay {
                 .args(["-TERM", &pid.to_string()])
                 .status();
             let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
+            let clean = loop {
                 match p.child.try_wait() {
-                    Ok(Some(_)) => break,
+                    Ok(Some(status)) => break status.success(),
                     Ok(None) if Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(50))
                     }
@@ -398,11 +398,20 @@ impl Relay {
                         note(format!("relay {pid} did not stop on SIGTERM: killing it"));
                         let _ = p.child.kill();
                         let _ = p.child.wait();
-                        break;
+                        break false;
                     }
                 }
-            }
+            };
             let _ = std::fs::remove_dir_all(&p.dir);
+            let log = p.dir.with_extension("log");
+            if clean {
+                let _ = std::fs::remove_file(&log);
+            } else {
+                note(format!(
+                    "relay {pid} did not exit cleanly; its log: {}",
+                    log.display()
+                ));
+            }
         }
     }
 }
@@ -796,8 +805,8 @@ async fn ycsb_on(relay: &Relay, t: &TargetArgs, a: &YcsbArgs) -> Result<()> {
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut set = JoinSet::new();
-    for c in clients.iter().cloned() {
-        let (next, names, pool) = (next.clone(), names.clone(), pool.clone());
+    for c in clients.iter() {
+        let (c, next, names, pool) = (c.clone(), next.clone(), names.clone(), pool.clone());
         set.spawn(async move {
             let mut rng = Rng::new();
             loop {
@@ -964,6 +973,9 @@ struct ListenResult {
     seen: Vec<(u64, u64)>,
     last_seq: u64,
     error: Option<String>,
+    /// Kept open until the measurement is over: dropping it sends `Unlisten`, and thousands of
+    /// those would land on the relay while the last write is still being delivered.
+    _listener: Option<hearth::relay::client::Listener>,
 }
 
 async fn fanout(t: &TargetArgs, a: FanoutArgs) -> Result<()> {
@@ -976,11 +988,16 @@ async fn fanout(t: &TargetArgs, a: FanoutArgs) -> Result<()> {
             if need > soft {
                 emit(json!({
                     "bench": "fanout", "params": {"listeners": n, "writes": a.writes},
-                    "error": format!(
-                        "open-file limit: {n} listeners need about {need} descriptors in this process (and as many in the relay's), but `ulimit -n` is {soft} (hard {}). Raise it with `ulimit -n {}` (up to the hard limit) or use fewer listeners.",
-                        hard.map_or("unknown".into(), |h| h.to_string()),
-                        hard.unwrap_or(soft)
-                    ),
+                    "error": match hard {
+                        Some(h) if h >= need => format!(
+                            "open-file limit: {n} listeners need about {need} descriptors in this process (and as many in the relay's), but `ulimit -n` is {soft}: raise it with `ulimit -n {h}` (the hard limit) and run again"
+                        ),
+                        _ => format!(
+                            "open-file limit: {n} listeners need about {need} descriptors in this process (and as many in the relay's), but the limit is {soft} (hard {}), which cannot be raised here: use at most about {} listeners",
+                            hard.map_or("unknown".into(), |h| h.to_string()),
+                            hard.unwrap_or(soft).max(soft).saturating_sub(need - n as u64)
+                        ),
+                    },
                 }));
                 continue;
             }
@@ -1059,6 +1076,7 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
                 seen: Vec::with_capacity(writes as usize),
                 last_seq: 0,
                 error: None,
+                _listener: None,
             };
             let mut first = true;
             loop {
@@ -1094,6 +1112,7 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
                     break;
                 }
             }
+            r._listener = Some(listener);
             r
         });
     }
