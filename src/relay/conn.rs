@@ -130,7 +130,7 @@ async fn upgrade(
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .read_buffer_size(4096)
-        .write_buffer_size(0)
+        .write_buffer_size(64 << 10)
         .on_upgrade(move |socket| async move {
             let relay = s.relay.clone();
             relay.metrics.connection_opened();
@@ -684,10 +684,25 @@ async fn writer(
         tokio::select! {
             frame = rx.recv() => {
                 let Some(frame) = frame else { break };
-                let len = frame.len();
+                // Everything already queued goes out in one flush (a fan-out round queues a
+                // connection's deltas and its snapshot together).
+                let mut frames = vec![frame];
+                while frames.len() < 256 {
+                    match rx.try_recv() {
+                        Ok(f) => frames.push(f),
+                        Err(_) => break,
+                    }
+                }
+                let len: usize = frames.iter().map(|f| f.len()).sum();
+                let send_all = async {
+                    for f in frames {
+                        sink.feed(Message::Binary(f)).await?;
+                    }
+                    sink.flush().await
+                };
                 // A peer that stopped reading blocks this send; overflow abandons it.
                 let res = tokio::select! {
-                    r = sink.send(Message::Binary(frame)) => r,
+                    r = send_all => r,
                     _ = &mut overflow => {
                         relay.metrics.slow_consumer_dropped();
                         return;

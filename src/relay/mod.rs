@@ -377,6 +377,13 @@ pub async fn run(
             }));
         }
     });
+    // Small replies must not wait for the peer's delayed ACK (Nagle): every accepted socket
+    // gets TCP_NODELAY.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |io: &mut tokio::net::TcpStream| {
+        if let Err(e) = io.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
