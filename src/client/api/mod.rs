@@ -89,6 +89,39 @@ impl Db {
     pub(crate) fn online(&self) -> bool {
         self.sync.as_ref().is_some_and(|s| s.is_open())
     }
+
+    /// Where a read with `{ source }` goes: `Some(relay)` for the server, `None` for the
+    /// cache. Without a source, the relay when connected, else the cache.
+    pub(crate) fn read_source(
+        &self,
+        source: Option<&str>,
+    ) -> Result<Option<Rc<Sync>>, ClientError> {
+        let server = match source {
+            Some("cache") => false,
+            Some("server") => true,
+            _ => self.online(),
+        };
+        if !server {
+            return Ok(None);
+        }
+        self.sync.clone().map(Some).ok_or_else(|| {
+            ClientError::new(
+                "unavailable",
+                "this database has no relay: read with { source: 'cache' }",
+            )
+        })
+    }
+}
+
+/// The `source` of a `get(options)` call, if any.
+pub(crate) fn source_option(options: &JsValue) -> Option<String> {
+    if options.is_object() {
+        Reflect::get(options, &"source".into())
+            .ok()
+            .and_then(|v| v.as_string())
+    } else {
+        None
+    }
 }
 
 fn opt(options: &JsValue, key: &str) -> Option<JsValue> {

@@ -303,28 +303,10 @@ impl Query {
     fn do_get(&self, options: JsValue) -> Promise {
         let db = self.db.clone();
         let q = self.query.clone();
-        let source = if options.is_object() {
-            Reflect::get(&options, &"source".into())
-                .ok()
-                .and_then(|v| v.as_string())
-        } else {
-            None
-        };
+        let source = super::source_option(&options);
         future_to_promise(async move {
             let q = crate::core::query::validate::validate(&q).map_err(ClientError::from)?;
-            let server = match source.as_deref() {
-                Some("cache") => false,
-                Some("server") => true,
-                _ => db.online(),
-            };
-            if server {
-                let Some(sync) = db.sync.clone() else {
-                    return Err(ClientError::new(
-                        "unavailable",
-                        "this database has no relay: query with { source: 'cache' }",
-                    )
-                    .into());
-                };
+            if let Some(sync) = db.read_source(source.as_deref())? {
                 let reply = sync
                     .request(
                         |request_id| crate::core::protocol::ClientMessage::RunQuery {

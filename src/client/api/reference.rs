@@ -249,27 +249,9 @@ impl DocumentReference {
     pub fn get(&self, options: JsValue) -> Promise {
         let db = self.db.clone();
         let name = self.name.clone();
-        let source = if options.is_object() {
-            Reflect::get(&options, &"source".into())
-                .ok()
-                .and_then(|v| v.as_string())
-        } else {
-            None
-        };
+        let source = super::source_option(&options);
         future_to_promise(async move {
-            let server = match source.as_deref() {
-                Some("cache") => false,
-                Some("server") => true,
-                _ => db.online(),
-            };
-            if server {
-                let Some(sync) = db.sync.clone() else {
-                    return Err(ClientError::new(
-                        "unavailable",
-                        "this database has no relay: read with { source: 'cache' }",
-                    )
-                    .into());
-                };
+            if let Some(sync) = db.read_source(source.as_deref())? {
                 match sync.request_get(vec![name.clone()]).await? {
                     ServerMessage::GetResult { documents, .. } => {
                         db.engine.server_documents(documents.clone()).await?;

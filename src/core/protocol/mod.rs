@@ -167,6 +167,22 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order.
+    pub const ALL: [ErrorCode; 12] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::NotFound,
+        ErrorCode::AlreadyExists,
+        ErrorCode::PermissionDenied,
+        ErrorCode::Unauthenticated,
+        ErrorCode::FailedPrecondition,
+        ErrorCode::Aborted,
+        ErrorCode::ResourceExhausted,
+        ErrorCode::Unavailable,
+        ErrorCode::Unimplemented,
+        ErrorCode::Internal,
+        ErrorCode::DataLoss,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidArgument => "invalid-argument",
@@ -185,22 +201,6 @@ impl ErrorCode {
     }
 
     pub fn parse(s: &str) -> Option<ErrorCode> {
-        use ErrorCode::*;
-        [
-            InvalidArgument,
-            NotFound,
-            AlreadyExists,
-            PermissionDenied,
-            Unauthenticated,
-            FailedPrecondition,
-            Aborted,
-            ResourceExhausted,
-            Unavailable,
-            Unimplemented,
-            Internal,
-            DataLoss,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
