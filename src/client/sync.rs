@@ -39,6 +39,9 @@ struct Target {
     buffered: Vec<(TargetChangeKind, Vec<DocumentChange>)>,
     /// The relay answered this target's Listen on the current connection.
     answered: bool,
+    /// This target's Listen went out on the current connection (sent once per connection: a
+    /// second Listen of one target is refused by the relay).
+    sent: bool,
 }
 
 /// Calls the global `setTimeout` (works in pages and workers).
@@ -298,6 +301,7 @@ impl Sync {
         for t in self.targets.borrow_mut().values_mut() {
             t.buffered.clear();
             t.answered = false;
+            t.sent = false;
         }
         if was_open {
             if let Some(e) = self.engine() {
@@ -371,9 +375,13 @@ impl Sync {
                     // Listens first (with their resume versions), then the queued writes in order.
                     let targets: Vec<(u32, Query, Option<u64>)> = self
                         .targets
-                        .borrow()
-                        .iter()
-                        .map(|(id, t)| (*id, t.query.clone(), t.resume))
+                        .borrow_mut()
+                        .iter_mut()
+                        .filter(|(_, t)| !t.sent)
+                        .map(|(id, t)| {
+                            t.sent = true;
+                            (*id, t.query.clone(), t.resume)
+                        })
                         .collect();
                     for (target_id, query, resume_version) in targets {
                         self.send(&ClientMessage::Listen {
@@ -556,17 +564,21 @@ impl Sync {
                 docs: BTreeSet::new(),
                 buffered: Vec::new(),
                 answered: false,
+                sent: false,
             },
         );
         self.by_listener.borrow_mut().insert(listener, target_id);
         if let Some(e) = self.engine() {
             e.bind_target(listener, Some(target_id));
         }
-        self.send(&ClientMessage::Listen {
+        let sent = self.send(&ClientMessage::Listen {
             target_id,
             query,
             resume_version: resume,
         });
+        if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
+            t.sent = sent;
+        }
     }
 
     fn unlisten(&self, listener: u64) {
