@@ -674,6 +674,11 @@ impl Sync {
                 let _ = ws.close();
             }
             self.handlers.borrow_mut().clear();
+            for t in self.targets.borrow_mut().values_mut() {
+                t.buffered.clear();
+                t.answered = false;
+                t.sent = false;
+            }
             if self.open.replace(false) {
                 if let Some(e) = self.engine() {
                     e.set_online(false);
