@@ -30,6 +30,16 @@ fn put(store: Store, key: Key, value: &[u8]) -> WriteOp {
     }
 }
 
+/// A document record: its encoded bytes and index entry keys.
+fn doc(key: &[u8], value: &[u8], index_keys: &[&[u8]]) -> WriteOp {
+    WriteOp::PutDocument {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        index_keys: index_keys.iter().map(|k| k.to_vec()).collect(),
+        used: 0.0,
+    }
+}
+
 fn bytes(k: &[u8]) -> Key {
     Key::Bytes(k.to_vec())
 }
@@ -96,9 +106,8 @@ async fn raw_open(name: &str, version: u32) -> web_sys::IdbDatabase {
 async fn round_trip_through_every_store() {
     let s = fresh("t-round-trip").await;
     s.write(vec![
-        put(Store::Documents, bytes(b"doc/a"), b"A"),
-        put(Store::Documents, bytes(b"doc/b"), b"B"),
-        put(Store::Index, bytes(b"\x01idx\x00a"), b""),
+        doc(b"doc/a", b"A", &[b"\x01idx\x00a"]),
+        doc(b"doc/b", b"B", &[b"\x01idx\x00b", b"\x02idx\x00b"]),
         put(Store::Remote, bytes(b"doc/a"), b"server-a"),
         put(Store::Remote, bytes(b"doc/gone"), b""),
         put(Store::Mutations, Key::Number(2.0), b"batch-2"),
@@ -118,6 +127,17 @@ async fn round_trip_through_every_store() {
     assert_eq!(
         r.get(Table::Index, b"\x01idx\x00a").await.unwrap(),
         Some(vec![])
+    );
+    assert_eq!(r.get(Table::Index, b"\x01idx\x00").await.unwrap(), None);
+    assert_eq!(
+        r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
+            .await
+            .unwrap(),
+        vec![
+            (b"\x01idx\x00a".to_vec(), vec![]),
+            (b"\x01idx\x00b".to_vec(), vec![]),
+            (b"\x02idx\x00b".to_vec(), vec![]),
+        ]
     );
     assert_eq!(
         r.get_remote(b"doc/a").await.unwrap(),
@@ -164,7 +184,7 @@ async fn round_trip_through_every_store() {
             end: b"doc/b".to_vec(),
         },
         WriteOp::DeleteRange {
-            store: Store::Index,
+            store: Store::Remote,
             start: b"x".to_vec(),
             end: b"x".to_vec(),
         },
@@ -176,10 +196,32 @@ async fn round_trip_through_every_store() {
         vec![(b"doc/b".to_vec(), b"B".to_vec())]
     );
     assert_eq!(s.all(Store::Mutations).await.unwrap().len(), 1);
-    assert_eq!(s.all(Store::Index).await.unwrap().len(), 1);
+    // Deleting a document deletes its index entries; replacing it replaces them.
+    let r = s.read().await.unwrap();
+    assert_eq!(
+        r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(
         s.estimate_bytes().await.unwrap(),
-        (b"doc/b".len() + 1 + b"\x01idx\x00a".len()) as u64
+        (b"doc/b".len() + 1 + 2 * b"\x01idx\x00b".len()) as u64
+    );
+    s.write(vec![doc(b"doc/b", b"B2", &[b"\x03"])])
+        .await
+        .unwrap();
+    let r = s.read().await.unwrap();
+    assert_eq!(
+        r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
+            .await
+            .unwrap(),
+        vec![(b"\x03".to_vec(), vec![])]
+    );
+    assert_eq!(
+        r.get(Table::Documents, b"doc/b").await.unwrap(),
+        Some(b"B2".to_vec())
     );
     s.write(Vec::new()).await.unwrap();
     s.close();
@@ -193,23 +235,40 @@ async fn scans_agree_with_mem_store() {
     let s = fresh("t-scans").await;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut mem = MemStore::new();
+    // Random documents, each with up to 3 index keys; an index key belongs to one document
+    // (as real ones do: each ends with its document's name). A document written twice has
+    // its second record's keys only.
     let mut ops = Vec::new();
-    for _ in 0..400 {
-        let (table, store) = if rng.below(2) == 0 {
-            (Table::Documents, Store::Documents)
-        } else {
-            (Table::Index, Store::Index)
-        };
+    let mut owned: std::collections::HashMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+    let mut taken: std::collections::HashSet<Vec<u8>> = Default::default();
+    for _ in 0..300 {
         let key = rng.key();
-        let value = if table == Table::Index {
-            Vec::new()
-        } else {
-            let mut v = rng.key();
-            v.push(rng.below(256) as u8);
-            v
-        };
-        mem.table_mut(table).insert(key.clone(), value.clone());
-        ops.push(put(store, Key::Bytes(key), &value));
+        let mut value = rng.key();
+        value.push(rng.below(256) as u8);
+        let mut index_keys = Vec::new();
+        for _ in 0..rng.below(4) {
+            let k = rng.key();
+            if !taken.contains(&k) && !index_keys.contains(&k) {
+                index_keys.push(k);
+            }
+        }
+        for old in owned.remove(&key).unwrap_or_default() {
+            mem.table_mut(Table::Index).remove(&old);
+            taken.remove(&old);
+        }
+        for k in &index_keys {
+            mem.table_mut(Table::Index).insert(k.clone(), Vec::new());
+            taken.insert(k.clone());
+        }
+        mem.table_mut(Table::Documents)
+            .insert(key.clone(), value.clone());
+        owned.insert(key.clone(), index_keys.clone());
+        ops.push(WriteOp::PutDocument {
+            key,
+            value,
+            index_keys,
+            used: 0.0,
+        });
     }
     s.write(ops).await.unwrap();
     assert_eq!(
@@ -281,18 +340,14 @@ async fn scans_agree_with_mem_store() {
 #[wasm_bindgen_test]
 async fn held_read_survives_unrelated_awaits() {
     let s = fresh("t-held").await;
-    s.write(vec![put(Store::Documents, bytes(b"a"), b"1")])
-        .await
-        .unwrap();
+    s.write(vec![doc(b"a", b"1", &[])]).await.unwrap();
     let r = s.read().await.unwrap();
     sleep(5).await;
     assert_eq!(
         r.get(Table::Documents, b"a").await.unwrap(),
         Some(b"1".to_vec())
     );
-    s.write(vec![put(Store::Documents, bytes(b"b"), b"2")])
-        .await
-        .unwrap();
+    s.write(vec![doc(b"b", b"2", &[])]).await.unwrap();
     let all = KeyRange::default();
     assert_eq!(
         r.scan(Table::Documents, &all, false, 10).await.unwrap(),
@@ -348,19 +403,16 @@ async fn futures_join<A: std::future::Future, B: std::future::Future>(
 #[wasm_bindgen_test]
 async fn failed_batch_applies_nothing() {
     let s = fresh("t-atomic").await;
-    s.write(vec![put(Store::Documents, bytes(b"keep"), b"old")])
-        .await
-        .unwrap();
+    s.write(vec![doc(b"keep", b"old", &[])]).await.unwrap();
     let before = s.all(Store::Documents).await.unwrap();
 
     let err = s
         .write(vec![
-            put(Store::Documents, bytes(b"keep"), b"new"),
-            put(Store::Documents, bytes(b"added"), b"x"),
-            put(Store::Index, bytes(b"entry"), b""),
+            doc(b"keep", b"new", &[]),
+            doc(b"added", b"x", &[b"entry"]),
             put(Store::Meta, Key::Text("m".into()), b"v"),
             WriteOp::DeleteRange {
-                store: Store::Index,
+                store: Store::Remote,
                 start: b"z".to_vec(),
                 end: b"a".to_vec(),
             },
@@ -368,10 +420,11 @@ async fn failed_batch_applies_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code, "invalid-argument", "{err}");
-    assert!(err.message.contains("operation 4"), "{err}");
+    assert!(err.message.contains("operation 3"), "{err}");
     assert!(err.message.contains("DataError"), "{err}");
     assert_eq!(s.all(Store::Documents).await.unwrap(), before);
-    assert!(s.all(Store::Index).await.unwrap().is_empty());
+    let r = s.read().await.unwrap();
+    assert_eq!(r.get(Table::Index, b"entry").await.unwrap(), None);
     assert_eq!(s.get_meta("m").await.unwrap(), None);
 
     for (bad, why) in [
@@ -382,8 +435,12 @@ async fn failed_batch_applies_nothing() {
         (put(Store::Mutations, Key::Number(1.5), b"x"), "not an id"),
         (put(Store::Mutations, Key::Number(-1.0), b"x"), "not an id"),
         (
-            put(Store::Documents, Key::Text("doc".into()), b"x"),
+            put(Store::Remote, Key::Text("doc".into()), b"x"),
             "bytes keys",
+        ),
+        (
+            put(Store::Documents, bytes(b"doc"), b"x"),
+            "document records",
         ),
         (put(Store::Meta, bytes(b"k"), b"x"), "text keys"),
         (
@@ -396,7 +453,7 @@ async fn failed_batch_applies_nothing() {
         ),
     ] {
         let err = s
-            .write(vec![put(Store::Documents, bytes(b"added"), b"x"), bad])
+            .write(vec![doc(b"added", b"x", &[]), bad])
             .await
             .unwrap_err();
         assert_eq!(err.code, "invalid-argument", "{err}");
@@ -411,7 +468,7 @@ async fn failed_batch_applies_nothing() {
 async fn reopen_keeps_data_and_close_is_reported() {
     let s = fresh("t-reopen").await;
     s.write(vec![
-        put(Store::Documents, bytes(b"d"), b"doc"),
+        doc(b"d", b"doc", &[]),
         put(Store::Mutations, Key::Number(7.0), b"b7"),
     ])
     .await
@@ -439,9 +496,7 @@ async fn reopen_keeps_data_and_close_is_reported() {
 #[wasm_bindgen_test]
 async fn delete_removes_the_database_even_while_open() {
     let s = fresh("t-delete").await;
-    s.write(vec![put(Store::Documents, bytes(b"d"), b"doc")])
-        .await
-        .unwrap();
+    s.write(vec![doc(b"d", b"doc", &[])]).await.unwrap();
     // Our own open connection closes itself on `versionchange`, so the delete goes through.
     IdbStore::delete("t-delete").await.unwrap();
     let err = s.read().await.err().expect("closed by the delete");
@@ -460,9 +515,7 @@ async fn delete_removes_the_database_even_while_open() {
 #[wasm_bindgen_test]
 async fn blocked_upgrade_fails_fast() {
     let s = fresh("t-blocked").await;
-    s.write(vec![put(Store::Documents, bytes(b"d"), b"doc")])
-        .await
-        .unwrap();
+    s.write(vec![doc(b"d", b"doc", &[])]).await.unwrap();
     s.close();
     let old_tab = raw_open("hearth:t-blocked", SCHEMA_VERSION).await;
 
@@ -542,7 +595,7 @@ fn bench_document(i: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>, Vec<Vec<u8>>) {
     use hearth::core::document::Document;
     use hearth::core::encoding::document::encode_document;
     use hearth::core::index::def::IndexCatalog;
-    use hearth::core::index::keys::{document_key, index_diff};
+    use hearth::core::index::keys::{document_entries, document_key};
     use hearth::core::path::DocumentName;
     use hearth::core::value::{Map, Value};
 
@@ -567,7 +620,9 @@ fn bench_document(i: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>, Vec<Vec<u8>>) {
         Value::String("x".repeat(100 + rng.below(40) as usize)),
     );
     let doc = Document::new(name, fields);
-    let entries = index_diff(&IndexCatalog::new(), None, Some(&doc)).inserts;
+    let entries = document_entries(&IndexCatalog::new(), &doc)
+        .into_iter()
+        .collect();
     (
         document_key(&doc.name),
         encode_document(&doc).unwrap(),
@@ -597,10 +652,12 @@ async fn bench_writes_and_short_scans() {
     for (i, chunk) in docs.chunks(500).enumerate() {
         let mut ops = Vec::new();
         for (key, value, index) in chunk {
-            ops.push(put(Store::Documents, Key::Bytes(key.clone()), value));
-            for e in index {
-                ops.push(put(Store::Index, Key::Bytes(e.clone()), b""));
-            }
+            ops.push(WriteOp::PutDocument {
+                key: key.clone(),
+                value: value.clone(),
+                index_keys: index.clone(),
+                used: 0.0,
+            });
         }
         s.write(ops).await.unwrap();
         if i == 3 {
@@ -624,26 +681,23 @@ async fn bench_writes_and_short_scans() {
     let db = raw_open("hearth:t-bench-raw", SCHEMA_VERSION).await;
     let started = now_ms();
     for chunk in docs[..2000].chunks(500) {
-        let stores = js_sys::Array::of2(&"documents".into(), &"index".into());
         let tx = db
-            .transaction_with_str_sequence_and_mode(&stores, web_sys::IdbTransactionMode::Readwrite)
+            .transaction_with_str_and_mode("documents", web_sys::IdbTransactionMode::Readwrite)
             .unwrap();
-        let (documents, index) = (
-            tx.object_store("documents").unwrap(),
-            tx.object_store("index").unwrap(),
-        );
-        let zero = JsValue::from(0);
+        let documents = tx.object_store("documents").unwrap();
         for (key, value, entries) in chunk {
-            let (k, v) = (
-                js_sys::Uint8Array::from(&key[..]),
-                js_sys::Uint8Array::from(&value[..]),
-            );
-            documents.put_with_key(&v, &k).unwrap();
-            for e in entries {
-                index
-                    .put_with_key(&zero, &js_sys::Uint8Array::from(&e[..]))
-                    .unwrap();
-            }
+            // The same record shape, one buffer per byte string.
+            let record = js_sys::Object::new();
+            let keys: js_sys::Array = entries
+                .iter()
+                .map(|e| JsValue::from(js_sys::Uint8Array::from(&e[..])))
+                .collect();
+            Reflect::set(&record, &"d".into(), &js_sys::Uint8Array::from(&value[..])).unwrap();
+            Reflect::set(&record, &"k".into(), &keys).unwrap();
+            Reflect::set(&record, &"t".into(), &JsValue::from(0)).unwrap();
+            documents
+                .put_with_key(&record, &js_sys::Uint8Array::from(&key[..]))
+                .unwrap();
         }
         let done = Promise::new(&mut |resolve, reject| {
             tx.set_oncomplete(Some(&resolve));
@@ -735,4 +789,70 @@ async fn bench_writes_and_short_scans() {
     }
     s.close();
     IdbStore::delete("t-bench").await.unwrap();
+}
+
+/// A schema-1 database (documents as bare bytes, index entries in a store of their own)
+/// opens at schema 2 with its documents readable; the `index` store is gone and the new
+/// record shape is indexed. (The engine then rewrites the old records with their keys.)
+#[wasm_bindgen_test]
+async fn schema_1_upgrades_keeping_documents() {
+    IdbStore::delete("t-migrate").await.unwrap();
+    IdbStore::open_with_version("t-migrate", 1)
+        .await
+        .unwrap()
+        .close();
+    let db = raw_open("hearth:t-migrate", 1).await;
+    let stores = js_sys::Array::of2(&"documents".into(), &"index".into());
+    let tx = db
+        .transaction_with_str_sequence_and_mode(&stores, web_sys::IdbTransactionMode::Readwrite)
+        .unwrap();
+    tx.object_store("documents")
+        .unwrap()
+        .put_with_key(
+            &js_sys::Uint8Array::from(&b"old-doc"[..]),
+            &js_sys::Uint8Array::from(&b"d/1"[..]),
+        )
+        .unwrap();
+    tx.object_store("index")
+        .unwrap()
+        .put_with_key(&JsValue::from(0), &js_sys::Uint8Array::from(&b"e/1"[..]))
+        .unwrap();
+    let done = Promise::new(&mut |resolve, reject| {
+        tx.set_oncomplete(Some(&resolve));
+        tx.set_onabort(Some(&reject));
+    });
+    JsFuture::from(done).await.unwrap();
+    db.close();
+
+    let s = IdbStore::open("t-migrate").await.unwrap();
+    assert_eq!(
+        s.all(Store::Documents).await.unwrap(),
+        vec![(b"d/1".to_vec(), b"old-doc".to_vec())]
+    );
+    let r = s.read().await.unwrap();
+    assert_eq!(
+        r.get(Table::Documents, b"d/1").await.unwrap(),
+        Some(b"old-doc".to_vec())
+    );
+    assert_eq!(
+        r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
+            .await
+            .unwrap(),
+        vec![]
+    );
+    s.write(vec![doc(b"d/1", b"new-doc", &[b"e/1"])])
+        .await
+        .unwrap();
+    let r = s.read().await.unwrap();
+    assert_eq!(
+        r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
+            .await
+            .unwrap(),
+        vec![(b"e/1".to_vec(), vec![])]
+    );
+    s.close();
+    let db = raw_open("hearth:t-migrate", SCHEMA_VERSION).await;
+    assert!(!db.object_store_names().contains("index"));
+    db.close();
+    IdbStore::delete("t-migrate").await.unwrap();
 }

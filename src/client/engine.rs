@@ -17,17 +17,18 @@
 //! after, so a callback never re-enters the engine mid-update.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use super::error::ClientError;
-use super::idb_store::{IdbStore, Key, Store, WriteOp};
+use super::idb_store::{IdbStore, Key, Store, WriteOp, META_INDEXED};
 use super::lock::AsyncLock;
 use crate::core::document::Document;
 use crate::core::encoding::document::{decode_document, encode_document};
 use crate::core::index::config::IndexFile;
 use crate::core::index::def::IndexCatalog;
-use crate::core::index::keys::{document_key, index_diff};
+use crate::core::index::keys::{document_entries, document_key};
+use crate::core::kv::Table;
 use crate::core::mutation::{ApplyContext, Mutation};
 use crate::core::path::DocumentName;
 use crate::core::protocol::codec::{decode_mutation, encode_mutation};
@@ -195,10 +196,17 @@ impl Engine {
         }
         queue.sort_by_key(|b| b.id);
         let seq = queue.last().map_or(0, |b| b.id);
+        let catalog = IndexCatalog::from_file(&file);
+        // Records whose index keys follow other definitions (or schema 1's, which kept none
+        // in the record) are rewritten before anything reads them.
+        let indexed = store.get_meta(META_INDEXED).await?;
+        if indexed.as_deref() != Some(file.to_json().as_bytes()) {
+            reindex(&store, &catalog).await?;
+        }
         Ok(Rc::new(Engine {
             name: name.to_owned(),
             store,
-            catalog: RefCell::new(IndexCatalog::from_file(&file)),
+            catalog: RefCell::new(catalog),
             client_id,
             synced,
             batch_seq: Cell::new(seq),
@@ -229,6 +237,15 @@ impl Engine {
             .any(|b| b.mutations.iter().any(|m| m.name == *name))
     }
 
+    /// Names of every document with a pending write (one pass over the queue).
+    fn pending_names(&self) -> HashSet<DocumentName> {
+        self.queue
+            .borrow()
+            .iter()
+            .flat_map(|b| b.mutations.iter().map(|m| m.name.clone()))
+            .collect()
+    }
+
     /// A new batch id: increasing, and unlikely to collide with another tab's (time-based).
     fn next_batch_id(&self) -> u64 {
         let time_based = (js_sys::Date::now() as u64) << 10;
@@ -243,35 +260,9 @@ impl Engine {
             return Ok(());
         }
         let _g = self.lock.lock().await;
-        let old = self.catalog.borrow().clone();
-        let new = IndexCatalog::from_file(&file);
-        let mut ops = Vec::new();
-        for (_, v) in self.store.all(Store::Documents).await? {
-            let doc =
-                decode_document(&v).map_err(|e| ClientError::new("data-loss", e.to_string()))?;
-            let before = crate::core::index::keys::document_entries(&old, &doc);
-            let after = crate::core::index::keys::document_entries(&new, &doc);
-            for k in before.difference(&after) {
-                ops.push(WriteOp::Delete {
-                    store: Store::Index,
-                    key: Key::Bytes(k.clone()),
-                });
-            }
-            for k in after.difference(&before) {
-                ops.push(WriteOp::Put {
-                    store: Store::Index,
-                    key: Key::Bytes(k.clone()),
-                    value: Vec::new(),
-                });
-            }
-        }
-        ops.push(WriteOp::Put {
-            store: Store::Meta,
-            key: Key::Text(META_INDEXES.into()),
-            value: file.to_json().into_bytes(),
-        });
-        self.store.write(ops).await?;
-        *self.catalog.borrow_mut() = new;
+        let catalog = IndexCatalog::from_file(&file);
+        reindex(&self.store, &catalog).await?;
+        *self.catalog.borrow_mut() = catalog;
         Ok(())
     }
 
@@ -280,41 +271,24 @@ impl Engine {
         fetch(&read, name).await.map_err(ClientError::from)
     }
 
-    /// Write ops that replace `old` with `new` in the local view.
-    fn doc_ops(
-        &self,
-        name: &DocumentName,
-        old: Option<&Document>,
-        new: Option<&Document>,
-        ops: &mut Vec<WriteOp>,
-    ) -> Result<(), ClientError> {
+    /// The write op that makes `new` the local view of `name` (its record carries its index
+    /// keys; IndexedDB replaces the old record's).
+    fn doc_op(&self, name: &DocumentName, new: Option<&Document>) -> Result<WriteOp, ClientError> {
         let key = document_key(name);
-        match new {
-            Some(d) => ops.push(WriteOp::Put {
-                store: Store::Documents,
-                key: Key::Bytes(key),
+        Ok(match new {
+            Some(d) => WriteOp::PutDocument {
+                key,
                 value: encode_document(d).map_err(|e| ClientError::invalid(e.to_string()))?,
-            }),
-            None => ops.push(WriteOp::Delete {
+                index_keys: document_entries(&self.catalog.borrow(), d)
+                    .into_iter()
+                    .collect(),
+                used: js_sys::Date::now(),
+            },
+            None => WriteOp::Delete {
                 store: Store::Documents,
                 key: Key::Bytes(key),
-            }),
-        }
-        let d = index_diff(&self.catalog.borrow(), old, new);
-        for k in d.deletes {
-            ops.push(WriteOp::Delete {
-                store: Store::Index,
-                key: Key::Bytes(k),
-            });
-        }
-        for k in d.inserts {
-            ops.push(WriteOp::Put {
-                store: Store::Index,
-                key: Key::Bytes(k),
-                value: Vec::new(),
-            });
-        }
-        Ok(())
+            },
+        })
     }
 
     /// Applies a batch locally: durable in IndexedDB, listeners raised, then handed to the
@@ -358,17 +332,18 @@ impl Engine {
         let read = self.store.read().await?;
         // Every base document is requested at once (IndexedDB overlaps the reads).
         let mut distinct: Vec<DocumentName> = Vec::new();
+        let mut seen: HashSet<&DocumentName> = HashSet::new();
         for m in &batch.mutations {
-            if !distinct.contains(&m.name) {
+            if seen.insert(&m.name) {
                 distinct.push(m.name.clone());
             }
         }
+        drop(seen);
         let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
         let mut bases: HashMap<DocumentName, Option<Document>> = HashMap::new();
-        let fetched =
-            crate::core::kv::KvRead::get_many(&read, crate::core::kv::Table::Documents, &keys)
-                .await
-                .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
+        let fetched = crate::core::kv::KvRead::get_many(&read, Table::Documents, &keys)
+            .await
+            .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
         for (name, bytes) in distinct.into_iter().zip(fetched) {
             let doc = bytes
                 .map(|b| {
@@ -378,8 +353,9 @@ impl Engine {
             bases.insert(name, doc);
         }
         let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+        let mut position: HashMap<DocumentName, usize> = HashMap::new();
         for m in &batch.mutations {
-            let pos = touched.iter().position(|(n, _, _)| *n == m.name);
+            let pos = position.get(&m.name).copied();
             let base = match pos {
                 Some(i) => touched[i].2.clone(),
                 None => bases.remove(&m.name).flatten(),
@@ -387,23 +363,39 @@ impl Engine {
             let new = m.apply(base.as_ref(), &ctx)?;
             match pos {
                 Some(i) => touched[i].2 = new,
-                None => touched.push((m.name.clone(), base, new)),
-            }
-        }
-        let mut ops = Vec::new();
-        for (name, old, new) in &touched {
-            self.doc_ops(name, old.as_ref(), new.as_ref(), &mut ops)?;
-            if self.synced && !self.has_pending(name) {
-                // The local document equals the server's: keep it as the base to rebuild from.
-                let key = document_key(name);
-                if read.get_remote(&key).await?.is_none() {
-                    ops.push(WriteOp::Put {
-                        store: Store::Remote,
-                        key: Key::Bytes(key),
-                        value: encode_remote(old.as_ref())?,
-                    });
+                None => {
+                    position.insert(m.name.clone(), touched.len());
+                    touched.push((m.name.clone(), base, new));
                 }
             }
+        }
+        let mut ops = Vec::with_capacity(touched.len() + 1);
+        // The local document equals the server's when it has no pending write: it becomes the
+        // base to rebuild from, unless one is already kept.
+        let need_base: Vec<usize> = if self.synced {
+            let pending = self.pending_names();
+            (0..touched.len())
+                .filter(|&i| !pending.contains(&touched[i].0))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let base_keys: Vec<Vec<u8>> = need_base
+            .iter()
+            .map(|&i| document_key(&touched[i].0))
+            .collect();
+        let kept = read.get_many_remote(&base_keys).await?;
+        for ((&i, key), kept) in need_base.iter().zip(base_keys).zip(kept) {
+            if kept.is_none() {
+                ops.push(WriteOp::Put {
+                    store: Store::Remote,
+                    key: Key::Bytes(key),
+                    value: encode_remote(touched[i].1.as_ref())?,
+                });
+            }
+        }
+        for (name, _, new) in &touched {
+            ops.push(self.doc_op(name, new.as_ref())?);
         }
         drop(read);
         if self.synced {
@@ -496,10 +488,9 @@ impl Engine {
                 Some(b) => decode_remote(&b)?,
                 None => fetch(&read, &n).await?,
             };
-            let old = fetch(&read, &n).await?;
             drop(read);
             let rebuilt = self.rebuild(&n, base)?;
-            self.doc_ops(&n, old.as_ref(), rebuilt.as_ref(), &mut ops)?;
+            ops.push(self.doc_op(&n, rebuilt.as_ref())?);
             if !self.has_pending(&n) {
                 ops.push(WriteOp::Delete {
                     store: Store::Remote,
@@ -556,9 +547,19 @@ impl Engine {
         let mut changed = Vec::new();
         {
             let read = self.store.read().await?;
-            for (name, server) in docs {
-                let old = fetch(&read, &name).await?;
-                let local = if self.has_pending(&name) {
+            let keys: Vec<Vec<u8>> = docs.iter().map(|(n, _)| document_key(n)).collect();
+            let olds = crate::core::kv::KvRead::get_many(&read, Table::Documents, &keys)
+                .await
+                .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
+            let pending = self.pending_names();
+            for ((name, server), old) in docs.into_iter().zip(olds) {
+                let old = old
+                    .map(|b| {
+                        decode_document(&b)
+                            .map_err(|e| ClientError::new("data-loss", e.to_string()))
+                    })
+                    .transpose()?;
+                let local = if pending.contains(&name) {
                     ops.push(WriteOp::Put {
                         store: Store::Remote,
                         key: Key::Bytes(document_key(&name)),
@@ -569,7 +570,7 @@ impl Engine {
                     server
                 };
                 if old != local {
-                    self.doc_ops(&name, old.as_ref(), local.as_ref(), &mut ops)?;
+                    ops.push(self.doc_op(&name, local.as_ref())?);
                     changed.push((name, local));
                 }
             }
@@ -990,6 +991,32 @@ impl Engine {
 }
 
 /// A server base document: present (encoded) or absent (one zero byte).
+/// Rewrites every document record with its index keys under `catalog`, in one transaction,
+/// and records the definitions they follow (`META_INDEXED`) and the catalog's definitions
+/// (`META_INDEXES`, for offline use).
+async fn reindex(store: &IdbStore, catalog: &IndexCatalog) -> Result<(), ClientError> {
+    let now = js_sys::Date::now();
+    let mut ops = Vec::new();
+    for (key, v) in store.all(Store::Documents).await? {
+        let doc = decode_document(&v).map_err(|e| ClientError::new("data-loss", e.to_string()))?;
+        ops.push(WriteOp::PutDocument {
+            key,
+            index_keys: document_entries(catalog, &doc).into_iter().collect(),
+            value: v,
+            used: now,
+        });
+    }
+    let json = catalog.file().to_json().into_bytes();
+    for meta in [META_INDEXES, META_INDEXED] {
+        ops.push(WriteOp::Put {
+            store: Store::Meta,
+            key: Key::Text(meta.into()),
+            value: json.clone(),
+        });
+    }
+    store.write(ops).await
+}
+
 fn encode_remote(doc: Option<&Document>) -> Result<Vec<u8>, ClientError> {
     match doc {
         Some(d) => {

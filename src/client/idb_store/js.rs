@@ -4,7 +4,7 @@
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{IdbDatabase, IdbFactory, IdbObjectStore, IdbRequest, IdbTransaction};
+use web_sys::{IdbDatabase, IdbFactory, IdbIndex, IdbObjectStore, IdbRequest, IdbTransaction};
 
 use super::Key;
 use crate::client::error::ClientError;
@@ -29,10 +29,17 @@ extern "C" {
     #[wasm_bindgen(method, catch, js_name = getAllRecords)]
     fn get_all_records(this: &ObjectStore, options: &Object) -> Result<IdbRequest, JsValue>;
 
+    /// An `IDBIndex`, for the same method.
+    type Index;
+    #[wasm_bindgen(method, catch, js_name = getAllRecords)]
+    fn get_all_records(this: &Index, options: &Object) -> Result<IdbRequest, JsValue>;
+
     /// One element of `getAllRecords`' result.
     pub(super) type IdbRecord;
     #[wasm_bindgen(method, getter)]
     pub(super) fn key(this: &IdbRecord) -> JsValue;
+    #[wasm_bindgen(method, getter, js_name = primaryKey)]
+    pub(super) fn primary_key(this: &IdbRecord) -> JsValue;
     #[wasm_bindgen(method, getter)]
     pub(super) fn value(this: &IdbRecord) -> JsValue;
 }
@@ -56,6 +63,82 @@ pub(super) fn get_all_records(
     store
         .unchecked_ref::<ObjectStore>()
         .get_all_records(options)
+}
+
+/// `index.getAllRecords(options)`; only where [`has_get_all_records`].
+pub(super) fn index_get_all_records(
+    index: &IdbIndex,
+    options: &Object,
+) -> Result<IdbRequest, JsValue> {
+    index.unchecked_ref::<Index>().get_all_records(options)
+}
+
+/// A record of `documents`: `{d, k, t}`, where `d` is the encoded document, `k` the array of
+/// its index entry keys (the `index` multi-entry index's key path) and `t` when it was last
+/// used (the `lru` index's key path). All the bytes are views into one buffer, copied out of
+/// wasm memory at once, which the structured clone also stores once.
+pub(super) fn document_record(doc: &[u8], index_keys: &[Vec<u8>], used: f64) -> JsValue {
+    let total = doc.len() + index_keys.iter().map(Vec::len).sum::<usize>();
+    let mut joined = Vec::with_capacity(total);
+    joined.extend_from_slice(doc);
+    for k in index_keys {
+        joined.extend_from_slice(k);
+    }
+    let buffer = Uint8Array::from(&joined[..]);
+    let keys = Array::new_with_length(index_keys.len() as u32);
+    let mut at = doc.len() as u32;
+    for (i, k) in index_keys.iter().enumerate() {
+        let end = at + k.len() as u32;
+        keys.set(i as u32, buffer.subarray(at, end).into());
+        at = end;
+    }
+    object(&[
+        (
+            RECORD_DOCUMENT,
+            &buffer.subarray(0, doc.len() as u32).into(),
+        ),
+        (RECORD_KEYS, &keys.into()),
+        (RECORD_USED, &JsValue::from_f64(used)),
+    ])
+    .into()
+}
+
+/// Property of a `documents` record holding the encoded document.
+pub(super) const RECORD_DOCUMENT: &str = "d";
+/// Property holding the index entry keys (the key path of [`INDEX_ENTRIES`]).
+pub(super) const RECORD_KEYS: &str = "k";
+/// Property holding the last use, in milliseconds (the key path of [`INDEX_LRU`]).
+pub(super) const RECORD_USED: &str = "t";
+/// The multi-entry index of `documents` over every record's index entry keys.
+pub(super) const INDEX_ENTRIES: &str = "entries";
+/// The index of `documents` by last use.
+pub(super) const INDEX_LRU: &str = "lru";
+
+/// The encoded document of a `documents` record (a schema-1 record is the bare bytes).
+pub(super) fn record_document(record: &JsValue) -> Vec<u8> {
+    if record.is_instance_of::<Uint8Array>() {
+        return to_bytes(record);
+    }
+    match Reflect::get(record, &JsValue::from_str(RECORD_DOCUMENT)) {
+        Ok(d) if d.is_instance_of::<Uint8Array>() => to_bytes(&d),
+        _ => Vec::new(),
+    }
+}
+
+/// The bytes a `documents` record takes: its document and index keys (for the cache budget).
+pub(super) fn record_size(record: &JsValue) -> u64 {
+    let doc = record_document(record).len() as u64;
+    let keys = Reflect::get(record, &JsValue::from_str(RECORD_KEYS))
+        .ok()
+        .filter(Array::is_array)
+        .map(|k| {
+            Array::from(&k)
+                .iter()
+                .map(|k| Uint8Array::new(&k).length() as u64)
+                .sum::<u64>()
+        })
+        .unwrap_or(0);
+    doc + keys
 }
 
 /// The global `indexedDB`, or `unavailable` when this context has none (a non-browser

@@ -2,37 +2,48 @@
 //! view of documents and its index entries, the server base of documents with pending
 //! writes, the mutation queue, the listen targets and client metadata.
 //!
-//! # Schema (version 1, [`SCHEMA_VERSION`])
+//! # Schema (version 2, [`SCHEMA_VERSION`])
 //!
 //! The IndexedDB database of the Hearth database `<name>` is named `hearth:<name>`. Every
 //! object store has out-of-line keys and no key generator, and holds keys of one type only:
 //!
 //! ```text
 //! store      key (type)                        value
-//! documents  document key (binary)             encoded document (core::encoding::document)
-//! index      index entry key (binary)          0 (an empty value)
+//! documents  document key (binary)             {d: encoded document (core::encoding::document),
+//!                                               k: [index entry keys (binary)],
+//!                                               t: last use (ms since the epoch)}
+//!   index "entries": multi-entry on k           the local index: one entry per index key
+//!   index "lru": on t                           eviction order for the cache budget
 //! remote     document key (binary)             the server's version of a document with
 //!                                              pending writes (engine's encoding; its
 //!                                              "absent on the server" marker included)
 //! mutations  batch id (number)                 encoded mutation batch (engine's format)
 //! targets    target id (number)                encoded query + resume version (engine's)
-//! meta       name (string)                     bytes: client id, last batch id, index
-//!                                              definitions JSON, schema/app version, LRU
+//! meta       name (string)                     bytes: client id, index definitions JSON,
+//!                                              the definitions the records' keys follow,
+//!                                              cache size
 //! ```
 //!
+//! - Index entries live inside their document's record: IndexedDB maintains the `entries`
+//!   index itself, so writing a document is one request however many fields it indexes
+//!   (schema 1 kept one record per entry, and a write cost one request per entry).
+//!   Index keys are unique (each ends with its document's name), so a range of `entries`
+//!   in index-key order is exactly the core's `Table::Index` range.
 //! - Binary keys are written as `Uint8Array`s, which IndexedDB compares byte by byte: the
-//!   order of `documents` and `index` is exactly the core's `memcmp` order (`core::kv`).
+//!   order of `documents` and of `entries` is exactly the core's `memcmp` order (`core::kv`).
 //!   Keys read back arrive as `ArrayBuffer`s.
 //! - Numeric keys are ids: integers in `[0, 2^53]`. [`IdbStore::all`] returns them as the
 //!   8 big-endian bytes of the integer, so byte order is numeric order.
-//! - Values are `Uint8Array`s with their own buffer; an empty value is stored as the number
-//!   `0` and reads back as empty bytes.
+//! - Other values are `Uint8Array`s with their own buffer; an empty value is stored as the
+//!   number `0` and reads back as empty bytes.
 //!
 //! # Upgrades
 //!
 //! `upgrade` runs inside `upgradeneeded` and applies every step from the stored version to
 //! [`SCHEMA_VERSION`], one `if old < n` block per version; a new version adds a block and
-//! never edits an old one. An open connection closes itself on `versionchange`, so another
+//! never edits an old one. Schema 1 → 2 drops the `index` store and adds the two indexes;
+//! the engine then rewrites every schema-1 record with its index keys (its `META_INDEXED`
+//! check), as it does whenever index definitions change. An open connection closes itself on `versionchange`, so another
 //! tab running a newer version can upgrade; an open that other connections still block
 //! [`BLOCKED_GRACE_MS`] after the `blocked` event fails with `failed-precondition` instead
 //! of waiting. A database written by a newer version (`VersionError`) fails with
@@ -76,7 +87,7 @@ pub use self::ops::{Key, Store, WriteOp};
 pub use self::read::{IdbRead, ScanMethod};
 
 /// The schema version this build writes; see the module doc.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The IndexedDB database name of the Hearth database `name`.
 pub fn database_name(name: &str) -> String {
@@ -130,15 +141,44 @@ impl std::fmt::Debug for IdbStore {
 
 /// Creates and migrates the schema inside `upgradeneeded`: every step from `old` (0 for a new
 /// database) up to `new`.
-fn upgrade(db: &IdbDatabase, _tx: &IdbTransaction, old: u32, new: u32) -> Result<(), JsValue> {
+fn upgrade(db: &IdbDatabase, tx: &IdbTransaction, old: u32, new: u32) -> Result<(), JsValue> {
     if old < 1 && new >= 1 {
-        for store in Store::ALL {
-            db.create_object_store(store.name())?;
+        for store in SCHEMA_1_STORES {
+            db.create_object_store(store)?;
         }
     }
-    // Later versions: `if old < 2 && new >= 2 { ... }`, using `_tx` to read and rewrite data.
+    if old < 2 && new >= 2 {
+        // Index entries move from a store of their own (one record, and one request, per
+        // entry) into a multi-entry index over each document record's keys. The engine
+        // rewrites schema-1 records (bare bytes, which neither index sees) at open, since
+        // computing their keys needs the index definitions: see `META_INDEXED`.
+        db.delete_object_store("index")?;
+        let documents = tx.object_store(Store::Documents.name())?;
+        let multi = web_sys::IdbIndexParameters::new();
+        multi.set_multi_entry(true);
+        documents.create_index_with_str_and_optional_parameters(
+            js::INDEX_ENTRIES,
+            js::RECORD_KEYS,
+            &multi,
+        )?;
+        documents.create_index_with_str(js::INDEX_LRU, js::RECORD_USED)?;
+    }
     Ok(())
 }
+
+/// The object stores schema 1 created.
+const SCHEMA_1_STORES: [&str; 6] = [
+    "documents",
+    "index",
+    "remote",
+    "mutations",
+    "targets",
+    "meta",
+];
+
+/// The `meta` key of the index definitions (JSON) that the `documents` records' index keys
+/// were computed with; a record written by schema 1 has none.
+pub const META_INDEXED: &str = "indexed-with";
 
 impl IdbStore {
     /// Opens (creating or upgrading) the database of the Hearth database `name`.
@@ -237,7 +277,7 @@ impl IdbStore {
         &self.inner.name
     }
 
-    /// A read view over `documents`, `index`, `remote` and `meta`.
+    /// A read view over `documents` (and its indexes), `remote` and `meta`.
     pub async fn read(&self) -> Result<IdbRead, ClientError> {
         let tx = self.read_tx().map_err(|e| self.error("reading", &e))?;
         Ok(IdbRead::new(self.clone(), tx))
@@ -284,7 +324,8 @@ impl IdbStore {
     }
 
     /// Every row of `store` in key order, keys as bytes (numeric keys as 8 big-endian bytes,
-    /// text keys as UTF-8). Meant for the small stores read at start (mutations, targets).
+    /// text keys as UTF-8), and of `documents` the encoded documents. Meant for the small
+    /// stores read at start (mutations, targets) and for rewriting every document.
     pub async fn all(&self, store: Store) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ClientError> {
         let what = format!("reading `{}`", store.name());
         let err = |e: JsValue| self.error(&what, &e);
@@ -306,35 +347,41 @@ impl IdbStore {
         for i in 0..keys.length() {
             let key = js::key_bytes(&keys.get(i))
                 .map_err(|m| ClientError::new("data-loss", format!("{what}: {m}")))?;
-            rows.push((key, js::to_bytes(&values.get(i))));
+            let value = values.get(i);
+            rows.push((
+                key,
+                if store == Store::Documents {
+                    js::record_document(&value)
+                } else {
+                    js::to_bytes(&value)
+                },
+            ));
         }
         Ok(rows)
     }
 
-    /// The bytes of keys and values in `documents` and `index`, for the cache budget. Reads
-    /// both stores in pages of [`ESTIMATE_PAGE`] rows.
+    /// The bytes the cache takes: every `documents` record's key, document and index keys.
+    /// Reads the store in pages of [`ESTIMATE_PAGE`] records.
     pub async fn estimate_bytes(&self) -> Result<u64, ClientError> {
         let read = self.read().await?;
         let mut total = 0u64;
-        for store in [Store::Documents, Store::Index] {
-            let mut range = KeyRange::default();
-            loop {
-                let rows = read
-                    .scan_raw(store, &range, false, ESTIMATE_PAGE)
-                    .await
-                    .map_err(|e| self.error(&format!("measuring `{}`", store.name()), &e))?;
-                total += rows
-                    .iter()
-                    .map(|(k, v)| (k.len() + v.len()) as u64)
-                    .sum::<u64>();
-                match rows.last() {
-                    Some((last, _)) if rows.len() == ESTIMATE_PAGE => {
-                        // The smallest key after `last`.
-                        range.start = last.clone();
-                        range.start.push(0);
-                    }
-                    _ => break,
+        let mut range = KeyRange::default();
+        loop {
+            let records = read
+                .records(&range, ESTIMATE_PAGE)
+                .await
+                .map_err(|e| self.error("measuring `documents`", &e))?;
+            total += records
+                .iter()
+                .map(|(k, r)| k.len() as u64 + js::record_size(r))
+                .sum::<u64>();
+            match records.last() {
+                Some((last, _)) if records.len() == ESTIMATE_PAGE => {
+                    // The smallest key after `last`.
+                    range.start = last.clone();
+                    range.start.push(0);
                 }
+                _ => break,
             }
         }
         Ok(total)
@@ -355,7 +402,7 @@ impl IdbStore {
     /// A readonly transaction over the stores [`IdbRead`] reads.
     fn read_tx(&self) -> Result<IdbTransaction, JsValue> {
         self.check_open()?;
-        let names: Array = [Store::Documents, Store::Index, Store::Remote, Store::Meta]
+        let names: Array = [Store::Documents, Store::Remote, Store::Meta]
             .iter()
             .map(|s| JsValue::from_str(s.name()))
             .collect();

@@ -10,7 +10,6 @@ use super::js;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Store {
     Documents,
-    Index,
     Remote,
     Mutations,
     Targets,
@@ -18,9 +17,8 @@ pub enum Store {
 }
 
 impl Store {
-    pub const ALL: [Store; 6] = [
+    pub const ALL: [Store; 5] = [
         Store::Documents,
-        Store::Index,
         Store::Remote,
         Store::Mutations,
         Store::Targets,
@@ -31,7 +29,6 @@ impl Store {
     pub fn name(self) -> &'static str {
         match self {
             Store::Documents => "documents",
-            Store::Index => "index",
             Store::Remote => "remote",
             Store::Mutations => "mutations",
             Store::Targets => "targets",
@@ -42,14 +39,14 @@ impl Store {
     /// The one kind of key the store holds.
     fn key_kind(self) -> &'static str {
         match self {
-            Store::Documents | Store::Index | Store::Remote => "bytes",
+            Store::Documents | Store::Remote => "bytes",
             Store::Mutations | Store::Targets => "number",
             Store::Meta => "text",
         }
     }
 }
 
-/// A key of a store: bytes for documents, index entries and remote documents; a number
+/// A key of a store: bytes for documents and remote documents; a number
 /// (an id: an integer in `[0, 2^53]`) for mutations and targets; text for meta.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Key {
@@ -71,6 +68,16 @@ impl Key {
 /// One change of a [`IdbStore::write`] batch.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WriteOp {
+    /// Puts a document of the local view: its encoded bytes, its index entry keys (which
+    /// replace the previous record's) and when it was last used (milliseconds since the
+    /// epoch, for the cache's least-recently-used eviction).
+    PutDocument {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        index_keys: Vec<Vec<u8>>,
+        used: f64,
+    },
+    /// Puts a value into any store but `documents` (whose records need [`WriteOp::PutDocument`]).
     Put {
         store: Store,
         key: Key,
@@ -92,6 +99,7 @@ pub enum WriteOp {
 impl WriteOp {
     pub(super) fn store(&self) -> Store {
         match self {
+            WriteOp::PutDocument { .. } => Store::Documents,
             WriteOp::Put { store, .. }
             | WriteOp::Delete { store, .. }
             | WriteOp::DeleteRange { store, .. } => *store,
@@ -102,6 +110,11 @@ impl WriteOp {
     pub(super) fn check(&self) -> Result<(), String> {
         let store = self.store();
         let key = match self {
+            WriteOp::PutDocument { .. } => return Ok(()),
+            WriteOp::Put {
+                store: Store::Documents,
+                ..
+            } => return Err("`documents` takes document records (PutDocument), not values".into()),
             WriteOp::Put { key, .. } | WriteOp::Delete { key, .. } => key,
             WriteOp::DeleteRange { .. } => {
                 return match store.key_kind() {
@@ -147,6 +160,15 @@ pub(super) fn apply(
     let store_of = |s: Store| &stores[scope.binary_search(&s).expect("the scope has every store")];
     for (i, op) in ops.iter().enumerate() {
         let made = match op {
+            WriteOp::PutDocument {
+                key,
+                value,
+                index_keys,
+                used,
+            } => store_of(Store::Documents).put_with_key(
+                &js::document_record(value, index_keys, *used),
+                &js::bytes(key),
+            ),
             WriteOp::Put { store, key, value } => {
                 store_of(*store).put_with_key(&js::value(value), &js::key(key))
             }

@@ -1,11 +1,12 @@
 //! [`IdbRead`]: the core's [`KvRead`] over IndexedDB, plus reads of `remote` and `meta`.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use js_sys::Array;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{
-    IdbCursorDirection, IdbCursorWithValue, IdbKeyRange, IdbObjectStore, IdbTransaction,
+    IdbCursorDirection, IdbCursorWithValue, IdbIndex, IdbKeyRange, IdbObjectStore, IdbTransaction,
 };
 
 use super::events::RequestEvents;
@@ -29,7 +30,8 @@ pub enum ScanMethod {
     GetAllRecords,
 }
 
-/// Reads over a readonly transaction on `documents`, `index`, `remote` and `meta`.
+/// Reads over a readonly transaction on `documents` (with its `entries` index), `remote` and
+/// `meta`.
 ///
 /// IndexedDB commits a transaction as soon as a turn of the event loop ends with none of its
 /// requests pending, so a transaction held across an unrelated `await` (a timer, the
@@ -44,9 +46,48 @@ pub enum ScanMethod {
 /// serialize writers (the engine holds its lock across read-then-write). A cursor scan whose
 /// transaction ends under it (it never should: its continuation runs in the success event's
 /// microtasks) resumes after its last row on a fresh transaction.
+///
+/// A scan of `entries` returns each entry's document record with it; the records are kept
+/// (as JavaScript values, not copied) and serve this read's later gets of those documents,
+/// so a query's index scan and its document fetch make one request, not two.
 pub struct IdbRead {
     store: IdbStore,
     tx: RefCell<IdbTransaction>,
+    /// Document key → record, from `entries` scans.
+    prefetched: RefCell<HashMap<Vec<u8>, JsValue>>,
+}
+
+/// What a scan reads: a store by its keys, or the `entries` index by index key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Store(Store),
+    Entries,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::Store(s) => s.name(),
+            Source::Entries => "documents.entries",
+        }
+    }
+}
+
+/// How many records from `entries` scans one read keeps for later gets (a count over a
+/// large range scans entries without fetching their documents).
+const PREFETCH_CAP: usize = 4096;
+
+/// `make` applied to `store`, or to its `entries` index.
+fn on_source<R>(
+    s: &IdbObjectStore,
+    source: Source,
+    make_store: impl Fn(&IdbObjectStore) -> Result<R, JsValue>,
+    make_index: impl Fn(&IdbIndex) -> Result<R, JsValue>,
+) -> Result<R, JsValue> {
+    match source {
+        Source::Store(_) => make_store(s),
+        Source::Entries => make_index(&s.index(js::INDEX_ENTRIES)?),
+    }
 }
 
 impl IdbRead {
@@ -54,21 +95,38 @@ impl IdbRead {
         IdbRead {
             store,
             tx: RefCell::new(tx),
+            prefetched: RefCell::new(HashMap::new()),
         }
     }
 
     /// The value of `key` in `remote`: the server's version of a document with pending writes.
     pub async fn get_remote(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
-        self.get_raw(Store::Remote, &js::bytes(key))
+        self.get_raw(Store::Remote, key)
+            .await
+            .map_err(|e| self.store.error("reading `remote`", &e))
+    }
+
+    /// The values of `keys` in `remote`, requested together.
+    pub async fn get_many_remote(
+        &self,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, ClientError> {
+        self.get_many_raw(Store::Remote, keys)
             .await
             .map_err(|e| self.store.error("reading `remote`", &e))
     }
 
     /// The value of `key` in `meta`.
     pub async fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>, ClientError> {
-        self.get_raw(Store::Meta, &JsValue::from_str(key))
+        let events = RequestEvents::new(
+            self.request(Store::Meta, |s| s.get(&JsValue::from_str(key)))
+                .map_err(|e| self.store.error("reading `meta`", &e))?,
+        );
+        let value = events
+            .next()
             .await
-            .map_err(|e| self.store.error("reading `meta`", &e))
+            .map_err(|e| self.store.error("reading `meta`", &e))?;
+        Ok((!value.is_undefined()).then(|| js::to_bytes(&value)))
     }
 
     /// Makes a request with `make` on the held transaction, or on a fresh one (then held)
@@ -98,30 +156,86 @@ impl IdbRead {
     ) -> Result<Vec<Option<Vec<u8>>>, JsValue> {
         let mut pending = Vec::with_capacity(keys.len());
         for k in keys {
+            if let Some(record) = self.take_prefetched(store, k) {
+                pending.push(Err(record));
+                continue;
+            }
             let key = js::bytes(k);
-            pending.push(RequestEvents::new(self.request(store, |s| s.get(&key))?));
+            pending.push(Ok(RequestEvents::new(
+                self.request(store, |s| s.get(&key))?,
+            )));
         }
         let mut out = Vec::with_capacity(keys.len());
-        for events in pending {
-            let value = events.next().await?;
-            out.push((!value.is_undefined()).then(|| js::to_bytes(&value)));
+        for got in pending {
+            let value = match got {
+                Ok(events) => events.next().await?,
+                Err(record) => record,
+            };
+            out.push(stored_value(store, &value));
         }
         Ok(out)
     }
 
-    async fn get_raw(&self, store: Store, key: &JsValue) -> Result<Option<Vec<u8>>, JsValue> {
-        let events = RequestEvents::new(self.request(store, |s| s.get(key))?);
+    async fn get_raw(&self, store: Store, key: &[u8]) -> Result<Option<Vec<u8>>, JsValue> {
+        if let Some(record) = self.take_prefetched(store, key) {
+            return Ok(stored_value(store, &record));
+        }
+        let key = js::bytes(key);
+        let events = RequestEvents::new(self.request(store, |s| s.get(&key))?);
         let value = events.next().await?;
-        Ok((!value.is_undefined()).then(|| js::to_bytes(&value)))
+        Ok(stored_value(store, &value))
     }
 
-    pub(super) async fn scan_raw(
+    /// A document record an `entries` scan of this read returned.
+    fn take_prefetched(&self, store: Store, key: &[u8]) -> Option<JsValue> {
+        if store != Store::Documents {
+            return None;
+        }
+        self.prefetched.borrow_mut().remove(key)
+    }
+
+    /// Up to `limit` records of `documents` in `range`, as stored (for measuring and
+    /// evicting).
+    pub(super) async fn records(
         &self,
-        store: Store,
+        range: &KeyRange,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, JsValue)>, JsValue> {
+        self.scan_source(Source::Store(Store::Documents), range, false, limit)
+            .await
+    }
+
+    /// A scan of `store` (`documents` rows carry the encoded documents), or with
+    /// `entries`, of the index entries (empty values; their records are kept for later gets).
+    async fn scan_rows(
+        &self,
+        source: Source,
         range: &KeyRange,
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<Row>, JsValue> {
+        let rows = self.scan_source(source, range, reverse, limit).await?;
+        Ok(match source {
+            Source::Store(store) => rows
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = stored_value(store, &v).unwrap_or_default();
+                    (k, v)
+                })
+                .collect(),
+            Source::Entries => rows.into_iter().map(|(k, _)| (k, Vec::new())).collect(),
+        })
+    }
+
+    /// Keys and raw values of a scan. For `entries`, the keys are index keys and each record
+    /// is kept by its document key in `prefetched`.
+    async fn scan_source(
+        &self,
+        source: Source,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, JsValue)>, JsValue> {
         if limit == 0 || range.is_empty() {
             return Ok(Vec::new());
         }
@@ -131,21 +245,36 @@ impl IdbRead {
         } else {
             IdbCursorDirection::Next
         };
-        match self.method(reverse) {
+        let store = match source {
+            Source::Store(s) => s,
+            Source::Entries => Store::Documents,
+        };
+        match self.method(source, reverse) {
             ScanMethod::GetAllRecords => {
                 let options = js::object(&[
                     ("query", &idb_range(range)?),
                     ("count", &JsValue::from(count)),
                     ("direction", &JsValue::from(direction)),
                 ]);
-                let events =
-                    RequestEvents::new(self.request(store, |s| js::get_all_records(s, &options))?);
+                let events = RequestEvents::new(self.request(store, |s| {
+                    on_source(
+                        s,
+                        source,
+                        |s| js::get_all_records(s, &options),
+                        |i| js::index_get_all_records(i, &options),
+                    )
+                })?);
                 let records: Array = events.next().await?.unchecked_into();
+                let mut prefetched = self.prefetched.borrow_mut();
                 Ok(records
                     .iter()
                     .map(|r| {
                         let r: js::IdbRecord = r.unchecked_into();
-                        (js::to_bytes(&r.key()), js::to_bytes(&r.value()))
+                        let value = r.value();
+                        if source == Source::Entries && prefetched.len() < PREFETCH_CAP {
+                            prefetched.insert(js::to_bytes(&r.primary_key()), value.clone());
+                        }
+                        (js::to_bytes(&r.key()), value)
                     })
                     .collect())
             }
@@ -163,18 +292,19 @@ impl IdbRead {
                 Ok(keys
                     .iter()
                     .zip(values.iter())
-                    .map(|(k, v)| (js::to_bytes(&k), js::to_bytes(&v)))
+                    .map(|(k, v)| (js::to_bytes(&k), v))
                     .collect())
             }
             ScanMethod::Cursor | ScanMethod::Auto => {
-                self.scan_cursor(store, range.clone(), direction, limit)
+                self.scan_cursor(source, range.clone(), direction, limit)
                     .await
             }
         }
     }
 
     /// The method for a scan in this direction: what was asked for, or what the browser has.
-    fn method(&self, reverse: bool) -> ScanMethod {
+    /// `getAll` cannot return index keys, so `entries` falls back to a cursor.
+    fn method(&self, source: Source, reverse: bool) -> ScanMethod {
         let inner = &self.store.inner;
         let asked = inner.scan_method.get();
         match asked {
@@ -182,23 +312,32 @@ impl IdbRead {
                 ScanMethod::GetAllRecords
             }
             ScanMethod::Cursor => ScanMethod::Cursor,
-            _ if reverse => ScanMethod::Cursor,
+            _ if reverse || source == Source::Entries => ScanMethod::Cursor,
             _ => ScanMethod::GetAll,
         }
     }
 
     async fn scan_cursor(
         &self,
-        store: Store,
+        source: Source,
         mut range: KeyRange,
         direction: IdbCursorDirection,
         limit: usize,
-    ) -> Result<Vec<Row>, JsValue> {
-        let mut rows: Vec<Row> = Vec::new();
+    ) -> Result<Vec<(Vec<u8>, JsValue)>, JsValue> {
+        let store = match source {
+            Source::Store(s) => s,
+            Source::Entries => Store::Documents,
+        };
+        let mut rows: Vec<(Vec<u8>, JsValue)> = Vec::new();
         'resume: while !range.is_empty() {
             let query = idb_range(&range)?;
             let events = RequestEvents::new(self.request(store, |s| {
-                s.open_cursor_with_range_and_direction(&query, direction)
+                on_source(
+                    s,
+                    source,
+                    |s| s.open_cursor_with_range_and_direction(&query, direction),
+                    |i| i.open_cursor_with_range_and_direction(&query, direction),
+                )
             })?);
             loop {
                 let cursor = events.next().await?;
@@ -207,7 +346,14 @@ impl IdbRead {
                 }
                 let cursor: IdbCursorWithValue = cursor.unchecked_into();
                 let key = js::to_bytes(&cursor.key()?);
-                rows.push((key, js::to_bytes(&cursor.value()?)));
+                let value = cursor.value()?;
+                if source == Source::Entries {
+                    let mut prefetched = self.prefetched.borrow_mut();
+                    if prefetched.len() < PREFETCH_CAP {
+                        prefetched.insert(js::to_bytes(&cursor.primary_key()?), value.clone());
+                    }
+                }
+                rows.push((key, value));
                 if rows.len() >= limit {
                     break 'resume;
                 }
@@ -246,19 +392,39 @@ fn idb_range(range: &KeyRange) -> Result<JsValue, JsValue> {
     Ok(range.into())
 }
 
-fn table_store(table: Table) -> Store {
-    match table {
-        Table::Documents => Store::Documents,
-        Table::Index => Store::Index,
+/// The bytes of a value read from `store` (`documents`: the record's encoded document), or
+/// `None` for a missing one.
+fn stored_value(store: Store, value: &JsValue) -> Option<Vec<u8>> {
+    if value.is_undefined() {
+        return None;
     }
+    Some(if store == Store::Documents {
+        js::record_document(value)
+    } else {
+        js::to_bytes(value)
+    })
 }
 
 impl KvRead for IdbRead {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        let store = table_store(table);
-        self.get_raw(store, &js::bytes(key))
-            .await
-            .map_err(|e| self.kv_error(&format!("reading `{}`", store.name()), &e))
+        match table {
+            Table::Documents => self
+                .get_raw(Store::Documents, key)
+                .await
+                .map_err(|e| self.kv_error("reading `documents`", &e)),
+            // The index holds no values: an entry's presence is all there is to read.
+            Table::Index => {
+                let range = KeyRange {
+                    start: key.to_vec(),
+                    end: Some([key, &[0]].concat()),
+                };
+                let rows = self
+                    .scan_rows(Source::Entries, &range, false, 1)
+                    .await
+                    .map_err(|e| self.kv_error("reading `documents.entries`", &e))?;
+                Ok(rows.into_iter().next().map(|(_, v)| v))
+            }
+        }
     }
 
     async fn get_many(
@@ -266,10 +432,19 @@ impl KvRead for IdbRead {
         table: Table,
         keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        let store = table_store(table);
-        self.get_many_raw(store, keys)
-            .await
-            .map_err(|e| self.kv_error(&format!("reading `{}`", store.name()), &e))
+        match table {
+            Table::Documents => self
+                .get_many_raw(Store::Documents, keys)
+                .await
+                .map_err(|e| self.kv_error("reading `documents`", &e)),
+            Table::Index => {
+                let mut out = Vec::with_capacity(keys.len());
+                for k in keys {
+                    out.push(self.get(table, k).await?);
+                }
+                Ok(out)
+            }
+        }
     }
 
     async fn scan(
@@ -279,9 +454,12 @@ impl KvRead for IdbRead {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<Row>, KvError> {
-        let store = table_store(table);
-        self.scan_raw(store, range, reverse, limit)
+        let source = match table {
+            Table::Documents => Source::Store(Store::Documents),
+            Table::Index => Source::Entries,
+        };
+        self.scan_rows(source, range, reverse, limit)
             .await
-            .map_err(|e| self.kv_error(&format!("scanning `{}`", store.name()), &e))
+            .map_err(|e| self.kv_error(&format!("scanning `{}`", source.name()), &e))
     }
 }
