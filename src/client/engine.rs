@@ -331,10 +331,12 @@ impl Engine {
         // (name, old local, new local); one read transaction serves the whole batch.
         let read = self.store.read().await?;
         // Every base document is requested at once (IndexedDB overlaps the reads).
+        // Without a relay, a plain overwrite or delete needs no base: the local copy is the
+        // database and no server base is kept. With one, the base is the rollback point.
         let mut distinct: Vec<DocumentName> = Vec::new();
         let mut seen: HashSet<&DocumentName> = HashSet::new();
         for m in &batch.mutations {
-            if seen.insert(&m.name) {
+            if (self.synced || m.reads_base()) && seen.insert(&m.name) {
                 distinct.push(m.name.clone());
             }
         }
@@ -394,26 +396,55 @@ impl Engine {
                 });
             }
         }
-        for (name, _, new) in &touched {
-            ops.push(self.doc_op(name, new.as_ref())?);
-        }
         drop(read);
+        // The document records are encoded as their requests are made (see `write_iter`).
+        let docs = touched
+            .iter()
+            .map(|(name, _, new)| self.doc_op(name, new.as_ref()));
+        let mut scope = vec![Store::Documents];
+        let mut queued = None;
         if self.synced {
-            // Without a relay the local copy is the database: nothing is queued.
-            ops.push(WriteOp::Put {
+            // Queued until the relay acknowledges it. (Without a relay the local copy is the
+            // database: nothing is queued.)
+            scope.extend([Store::Remote, Store::Mutations]);
+            queued = Some(WriteOp::Put {
                 store: Store::Mutations,
                 key: Key::Number(batch.id as f64),
                 value: batch.encode(),
             });
         }
-        self.store.write(ops).await?;
+        let in_flight = self
+            .store
+            .begin_write(
+                &scope,
+                ops.into_iter()
+                    .map(Ok)
+                    .chain(docs)
+                    .chain(queued.into_iter().map(Ok)),
+            )
+            .await?;
         if self.synced {
             self.queue.borrow_mut().push(batch.clone());
         }
-        drop(guard);
+        // Latency compensation: listeners see the write while IndexedDB commits it. Reads
+        // they make now are ordered after the write's transaction, so they see it too.
         let changed: Vec<(DocumentName, Option<Document>)> =
             touched.into_iter().map(|(n, _, new)| (n, new)).collect();
         self.local_changed(&changed).await;
+        if let Err(e) = in_flight.done().await {
+            // Nothing was stored: listeners go back to what is.
+            self.queue.borrow_mut().retain(|b| b.id != batch.id);
+            let mut restored = Vec::with_capacity(changed.len());
+            for (name, _) in changed {
+                if let Ok(doc) = self.local_doc(&name).await {
+                    restored.push((name, doc));
+                }
+            }
+            drop(guard);
+            self.local_changed(&restored).await;
+            return Err(e);
+        }
+        drop(guard);
         Ok(batch)
     }
 
@@ -739,6 +770,7 @@ impl Engine {
         }
         let mut refill = Vec::new();
         {
+            let pending_names = self.pending_names();
             let mut ls = self.listeners.borrow_mut();
             for (id, l) in ls.iter_mut() {
                 match &mut l.watched {
@@ -754,8 +786,10 @@ impl Engine {
                         }
                         let changes = diff(&before, view.documents());
                         let docs = view.documents().to_vec();
-                        let pending: Vec<bool> =
-                            docs.iter().map(|d| self.has_pending(&d.name)).collect();
+                        let pending: Vec<bool> = docs
+                            .iter()
+                            .map(|d| pending_names.contains(&d.name))
+                            .collect();
                         let has_pending_writes = pending.iter().any(|p| *p);
                         let from_cache = !l.target.is_some_and(|t| {
                             self.current_targets.borrow().contains(&t) && self.online.get()
@@ -783,7 +817,7 @@ impl Engine {
                     }
                     Watched::Document(name, current) => {
                         if let Some((_, doc)) = changed.iter().find(|(n, _)| n == name) {
-                            let pending = self.has_pending(name);
+                            let pending = pending_names.contains(name);
                             let from_cache = !l.target.is_some_and(|t| {
                                 self.current_targets.borrow().contains(&t) && self.online.get()
                             });
@@ -868,6 +902,7 @@ impl Engine {
 
     fn refresh_metadata(&self) {
         {
+            let pending_names = self.pending_names();
             let mut ls = self.listeners.borrow_mut();
             for l in ls.values_mut() {
                 let from_cache = !l.target.is_some_and(|t| {
@@ -876,8 +911,10 @@ impl Engine {
                 match &l.watched {
                     Watched::Query(view) => {
                         let docs = view.documents().to_vec();
-                        let pending: Vec<bool> =
-                            docs.iter().map(|d| self.has_pending(&d.name)).collect();
+                        let pending: Vec<bool> = docs
+                            .iter()
+                            .map(|d| pending_names.contains(&d.name))
+                            .collect();
                         let has_pending_writes = pending.iter().any(|p| *p);
                         let meta = (from_cache, has_pending_writes);
                         if l.last_meta != Some(meta) {

@@ -570,6 +570,6 @@ function wirePage() {
   }
 }
 
-window.bench = { run, close, coldHearth, coldRaw, coldMeasurement, generate, stats, DEFAULTS, INDEXES };
+window.bench = { run, close, coldHearth, coldRaw, coldMeasurement, generate, hearthData, stats, DEFAULTS, INDEXES };
 wirePage();
 window.benchReady = true;

@@ -288,15 +288,42 @@ impl IdbStore {
     /// type (checked first) or a key IndexedDB refuses, `resource-exhausted` when the quota is
     /// exceeded.
     pub async fn write(&self, ops: Vec<WriteOp>) -> Result<(), ClientError> {
-        const WHAT: &str = "writing to the local database";
         for (i, op) in ops.iter().enumerate() {
             op.check()
-                .map_err(|m| ClientError::invalid(format!("{WHAT}: operation {i}: {m}")))?;
+                .map_err(|m| ClientError::invalid(format!("{WRITING}: operation {i}: {m}")))?;
         }
         if ops.is_empty() {
             return Ok(());
         }
         let mut scope: Vec<Store> = ops.iter().map(WriteOp::store).collect();
+        scope.sort();
+        scope.dedup();
+        self.write_iter(&scope, ops.into_iter().map(Ok)).await
+    }
+
+    /// Like [`IdbStore::write`], over the stores of `scope`, but each op is produced (and
+    /// checked) just before its request is made, so IndexedDB works on the first ones while
+    /// the rest are computed. An op that is `Err`, or fails its check, aborts the batch:
+    /// nothing is applied and that error is returned.
+    pub async fn write_iter(
+        &self,
+        scope: &[Store],
+        ops: impl IntoIterator<Item = Result<WriteOp, ClientError>>,
+    ) -> Result<(), ClientError> {
+        self.begin_write(scope, ops).await?.done().await
+    }
+
+    /// Makes every request of a [`IdbStore::write_iter`] batch and returns without waiting
+    /// for the transaction to complete: [`WriteInFlight::done`] waits. Readonly transactions
+    /// begun after this call see the batch (IndexedDB orders transactions whose scopes
+    /// overlap), or wait for it. Errors of the requests' making come back here, after the
+    /// batch has been aborted.
+    pub async fn begin_write(
+        &self,
+        scope: &[Store],
+        ops: impl IntoIterator<Item = Result<WriteOp, ClientError>>,
+    ) -> Result<WriteInFlight, ClientError> {
+        let mut scope = scope.to_vec();
         scope.sort();
         scope.dedup();
         let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
@@ -307,15 +334,23 @@ impl IdbStore {
             .and_then(|()| {
                 js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
             })
-            .map_err(|e| self.error(WHAT, &e))?;
+            .map_err(|e| self.error(WRITING, &e))?;
         let events = TxEvents::new(&tx);
-        if let Err((i, e)) = ops::apply(&tx, &scope, &ops) {
-            // A request that could not even be made: undo the ones made before it.
+        if let Err(stopped) = ops::apply(&tx, &scope, ops) {
+            // An op that could not even be requested: undo the ones made before it.
             let _ = tx.abort();
             let _ = events.done().await;
-            return Err(self.error(&format!("{WHAT}: operation {i}"), &e));
+            return Err(match stopped {
+                ops::Stopped::Request(i, e) => self.error(&format!("{WRITING}: operation {i}"), &e),
+                ops::Stopped::Refused(i, e) => {
+                    ClientError::new(e.code, format!("{WRITING}: operation {i}: {}", e.message))
+                }
+            });
         }
-        events.done().await.map_err(|e| self.error(WHAT, &e))
+        Ok(WriteInFlight {
+            store: self.clone(),
+            events,
+        })
     }
 
     /// A value of `meta`.
@@ -441,6 +476,25 @@ impl IdbStore {
 /// `versionchange`, including one that is closing but finishing a transaction; a tab that
 /// ignores `versionchange` (an old version of the app) never closes.
 pub const BLOCKED_GRACE_MS: i32 = 1000;
+
+/// A write batch whose requests are made; see [`IdbStore::begin_write`].
+pub struct WriteInFlight {
+    store: IdbStore,
+    events: TxEvents,
+}
+
+impl WriteInFlight {
+    /// Waits until the batch is on disk (all of it), or fails with nothing applied.
+    pub async fn done(self) -> Result<(), ClientError> {
+        self.events
+            .done()
+            .await
+            .map_err(|e| self.store.error(WRITING, &e))
+    }
+}
+
+/// What a failed write says it was doing.
+const WRITING: &str = "writing to the local database";
 
 /// Rows per request when [`IdbStore::estimate_bytes`] walks a store.
 const ESTIMATE_PAGE: usize = 1000;

@@ -5,6 +5,7 @@ use wasm_bindgen::JsValue;
 use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
 use super::js;
+use crate::client::error::ClientError;
 
 /// An object store of the schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -144,47 +145,61 @@ impl WriteOp {
     }
 }
 
-/// Makes the requests of `ops` on `tx` (whose scope is `scope`, sorted). The requests are not
-/// awaited: a failing one aborts the transaction, which the caller awaits. Returns the index
-/// and error of an operation whose request could not be made.
+/// Why [`apply`] stopped before making every request.
+pub(super) enum Stopped {
+    /// Operation `i` could not be made (its request threw).
+    Request(usize, JsValue),
+    /// Operation `i` was refused by [`WriteOp::check`], or could not be produced.
+    Refused(usize, ClientError),
+}
+
+/// Makes the requests of `ops` on `tx` (whose scope is `scope`, sorted), taking each op from
+/// the iterator just before its request: IndexedDB starts on the first requests while later
+/// ops are still being computed. The requests are not awaited: a failing one aborts the
+/// transaction, which the caller awaits.
 pub(super) fn apply(
     tx: &IdbTransaction,
     scope: &[Store],
-    ops: &[WriteOp],
-) -> Result<(), (usize, JsValue)> {
+    ops: impl IntoIterator<Item = Result<WriteOp, ClientError>>,
+) -> Result<(), Stopped> {
     let stores: Vec<IdbObjectStore> = scope
         .iter()
         .map(|s| tx.object_store(s.name()))
         .collect::<Result<_, _>>()
-        .map_err(|e| (0, e))?;
-    let store_of = |s: Store| &stores[scope.binary_search(&s).expect("the scope has every store")];
-    for (i, op) in ops.iter().enumerate() {
-        let made = match op {
+        .map_err(|e| Stopped::Request(0, e))?;
+    for (i, op) in ops.into_iter().enumerate() {
+        let op = op.map_err(|e| Stopped::Refused(i, e))?;
+        op.check()
+            .map_err(|m| Stopped::Refused(i, ClientError::invalid(m)))?;
+        let Ok(at) = scope.binary_search(&op.store()) else {
+            let m = format!("`{}` is not in the transaction's scope", op.store().name());
+            return Err(Stopped::Refused(i, ClientError::new("internal", m)));
+        };
+        let store = &stores[at];
+        let made = match &op {
             WriteOp::PutDocument {
                 key,
                 value,
                 index_keys,
                 used,
-            } => store_of(Store::Documents).put_with_key(
+            } => store.put_with_key(
                 &js::document_record(value, index_keys, *used),
                 &js::bytes(key),
             ),
-            WriteOp::Put { store, key, value } => {
-                store_of(*store).put_with_key(&js::value(value), &js::key(key))
-            }
-            WriteOp::Delete { store, key } => store_of(*store).delete(&js::key(key)),
+            WriteOp::Put { key, value, .. } => store.put_with_key(&js::value(value), &js::key(key)),
+            WriteOp::Delete { key, .. } => store.delete(&js::key(key)),
             WriteOp::DeleteRange { start, end, .. } if start == end => continue,
-            WriteOp::DeleteRange { store, start, end } => {
+            WriteOp::DeleteRange { start, end, .. } => {
                 IdbKeyRange::bound_with_lower_open_and_upper_open(
                     &js::bytes(start),
                     &js::bytes(end),
                     false,
                     true,
                 )
-                .and_then(|range| store_of(*store).delete(&range))
+                .and_then(|range| store.delete(&range))
             }
         };
-        made.map_err(|e| (i, e))?;
+        made.map_err(|e| Stopped::Request(i, e))?;
     }
     Ok(())
 }

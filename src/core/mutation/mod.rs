@@ -172,6 +172,22 @@ impl Mutation {
         validate::validate(self)
     }
 
+    /// Whether [`Mutation::apply`]'s result depends on the stored document. A plain overwrite
+    /// or delete (no precondition, no transform) does not, except for the new document's
+    /// `create_version`, which it keeps from the stored one: a writer that skips reading the
+    /// base also gives up that.
+    pub fn reads_base(&self) -> bool {
+        let blind = matches!(
+            &self.kind,
+            MutationKind::Delete
+                | MutationKind::Set {
+                    merge: SetMerge::Overwrite,
+                    ..
+                }
+        );
+        !(blind && self.precondition == Precondition::None && self.transforms.is_empty())
+    }
+
     /// The document after this mutation, or `None` if it is deleted (or stays absent).
     ///
     /// `base` is the stored document named `self.name`, or `None` if there is none. Passing
