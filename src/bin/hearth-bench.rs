@@ -142,6 +142,17 @@ struct FanoutArgs {
     /// How long to wait for the last notifications after the last write, in seconds.
     #[arg(long, default_value_t = 10)]
     drain_seconds: u64,
+    /// How the listening connections receive: `lean` (one minimal WebSocket reader per
+    /// connection that decodes every frame with the protocol codec) or `client` (the full
+    /// native `Client`, with its reader task, per-target buffering and snapshot copies).
+    #[arg(long, value_enum, default_value_t = ListenerKind::Lean)]
+    listener: ListenerKind,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum ListenerKind {
+    Lean,
+    Client,
 }
 
 #[derive(Args)]
@@ -973,9 +984,276 @@ struct ListenResult {
     seen: Vec<(u64, u64)>,
     last_seq: u64,
     error: Option<String>,
-    /// Kept open until the measurement is over: dropping it sends `Unlisten`, and thousands of
-    /// those would land on the relay while the last write is still being delivered.
-    _listener: Option<hearth::relay::client::Listener>,
+    /// The listener (or lean connection), kept open until the measurement is over: closing
+    /// thousands of them would land on the relay while the last write is still being
+    /// delivered.
+    _keep: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// The fan-out benchmark's lean listener: one WebSocket with one target, read directly from
+/// the TCP stream (no reader task, no per-target buffering, no copies of the result, no
+/// zero-filled read buffer). Every frame the relay sends is decoded in full with the
+/// protocol codec (`decode_server`); a notification counts when the `Snapshot` that follows
+/// the target's change has been read.
+struct LeanListener {
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+    /// Start of the unread bytes in `buf`.
+    pos: usize,
+}
+
+/// A client-to-server WebSocket binary frame. Client frames must be masked; the mask key is
+/// zero, which leaves the payload as it is.
+fn ws_client_frame(payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut f = Vec::with_capacity(n + 14);
+    f.push(0x82);
+    if n < 126 {
+        f.push(0x80 | n as u8);
+    } else if n <= 0xFFFF {
+        f.push(0x80 | 126);
+        f.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        f.push(0x80 | 127);
+        f.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The first complete server frame in `b`: (opcode, payload start, payload end).
+fn ws_server_frame(b: &[u8]) -> Result<Option<(u8, usize, usize)>> {
+    if b.len() < 2 {
+        return Ok(None);
+    }
+    if b[0] & 0x80 == 0 {
+        bail!("a fragmented frame: the lean listener expects one frame per message");
+    }
+    if b[1] & 0x80 != 0 {
+        bail!("a masked frame from the relay");
+    }
+    let (len, head) = match b[1] & 0x7F {
+        126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
+        127 if b.len() >= 10 => (
+            u64::from_be_bytes(b[2..10].try_into().expect("8 bytes")) as usize,
+            10,
+        ),
+        126 | 127 => return Ok(None),
+        n => (n as usize, 2),
+    };
+    if b.len() < head + len {
+        return Ok(None);
+    }
+    Ok(Some((b[0] & 0x0F, head, head + len)))
+}
+
+impl LeanListener {
+    /// Connects, upgrades to a WebSocket, and sends `Hello`; returns after the `Welcome`.
+    async fn open(url: &str, t: &TargetArgs, client_id: String) -> Result<LeanListener> {
+        use hearth::core::protocol::codec::encode_client;
+        use hearth::core::protocol::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rest = url
+            .strip_prefix("ws://")
+            .ok_or_else(|| anyhow!("the lean listener needs a ws:// URL, not {url}"))?;
+        let (host, path) = match rest.split_once('/') {
+            Some((h, p)) => (h, format!("/{p}")),
+            None => (rest, "/".to_owned()),
+        };
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream.set_nodelay(true)?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut buf = Vec::with_capacity(1024);
+        let head_end = loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            if buf.len() > 16 << 10 || stream.read_buf(&mut buf).await? == 0 {
+                bail!("no WebSocket handshake answer");
+            }
+        };
+        let status = String::from_utf8_lossy(&buf[..head_end]);
+        let status = status.lines().next().unwrap_or_default().to_owned();
+        if !status.starts_with("HTTP/1.1 101") {
+            bail!("WebSocket upgrade refused: {status}");
+        }
+        let mut l = LeanListener {
+            stream,
+            buf,
+            pos: head_end,
+        };
+        l.send(&encode_client(&ClientMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            database: t.database.clone(),
+            client_id,
+            token: t.token.clone(),
+        }))
+        .await?;
+        match l.next().await? {
+            ServerMessage::Welcome { .. } => Ok(l),
+            other => bail!("expected a Welcome, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, payload: &[u8]) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.stream.write_all(&ws_client_frame(payload)).await?;
+        Ok(())
+    }
+
+    async fn listen(&mut self, target_id: u32, query: &Query) -> Result<()> {
+        use hearth::core::protocol::codec::encode_client;
+        use hearth::core::protocol::ClientMessage;
+        self.send(&encode_client(&ClientMessage::Listen {
+            target_id,
+            query: query.clone(),
+            resume_version: None,
+        }))
+        .await
+    }
+
+    /// The next message from the relay.
+    async fn next(&mut self) -> Result<hearth::core::protocol::ServerMessage> {
+        use hearth::core::protocol::codec::decode_server;
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some((op, start, end)) = ws_server_frame(&self.buf[self.pos..])? {
+                let (start, end) = (self.pos + start, self.pos + end);
+                self.pos = end;
+                match op {
+                    0x2 => {
+                        return decode_server(&self.buf[start..end])
+                            .map_err(|e| anyhow!("undecodable frame: {e}"))
+                    }
+                    0x8 => bail!("the relay closed the connection"),
+                    0x9 | 0xA => continue,
+                    op => bail!("unexpected WebSocket opcode {op}"),
+                }
+            }
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            }
+            if self.buf.capacity() - self.buf.len() < 512 {
+                self.buf.reserve(4096);
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                bail!("the connection closed");
+            }
+        }
+    }
+}
+
+/// Receives notifications until `writes` values were seen (or stop, or an error).
+async fn lean_listen_loop(
+    mut l: LeanListener,
+    name: DocumentName,
+    writes: u64,
+    ready: Arc<AtomicUsize>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> ListenResult {
+    use hearth::core::protocol::{DocumentChange, ServerMessage};
+    let mut r = ListenResult {
+        seen: Vec::with_capacity(writes as usize),
+        last_seq: 0,
+        error: None,
+        _keep: None,
+    };
+    let mut first = true;
+    // (seq, sent) of the listened document in the changes since the last snapshot.
+    let mut changed: Option<(u64, u64)> = None;
+    loop {
+        let msg = tokio::select! {
+            m = l.next() => m,
+            _ = stop.changed() => break,
+        };
+        match msg {
+            Ok(ServerMessage::TargetChange {
+                target_id: 1,
+                changes,
+                ..
+            }) => {
+                for c in changes {
+                    if let DocumentChange::Upsert(d) = c {
+                        if d.name == name {
+                            let get = |f: &str| match d.fields.get(f) {
+                                Some(Value::Integer(i)) => *i as u64,
+                                _ => 0,
+                            };
+                            changed = Some((get("seq"), get("sent_us")));
+                        }
+                    }
+                }
+            }
+            Ok(ServerMessage::Snapshot { .. }) => {
+                let now = now_us();
+                if first {
+                    first = false;
+                    ready.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some((seq, sent)) = changed.take() {
+                    if seq > r.last_seq {
+                        if sent > 0 {
+                            r.seen.push((seq, now.saturating_sub(sent)));
+                        }
+                        r.last_seq = seq;
+                    }
+                }
+                if r.last_seq >= writes {
+                    break;
+                }
+            }
+            Ok(ServerMessage::Error { code, message, .. }) => {
+                r.error = Some(format!("{}: {message}", code.as_str()));
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                r.error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    r._keep = Some(Box::new(l));
+    r
+}
+
+/// `n` lean connections, `concurrency` handshakes at a time, each with its own client id.
+async fn lean_connect_many(
+    url: &str,
+    t: &TargetArgs,
+    prefix: &str,
+    n: usize,
+    concurrency: usize,
+) -> (Vec<LeanListener>, Vec<String>) {
+    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        let sem = sem.clone();
+        let url = url.to_owned();
+        let t = t.clone();
+        let id = format!("{prefix}-{i}");
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await.expect("semaphore open");
+            LeanListener::open(&url, &t, id.clone())
+                .await
+                .map_err(|e| anyhow!("connecting {id} to {url}: {e}"))
+        });
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut errors = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(l)) => out.push(l),
+            Ok(Err(e)) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    (out, errors)
 }
 
 async fn fanout(t: &TargetArgs, a: FanoutArgs) -> Result<()> {
@@ -1033,16 +1311,25 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
         .map_err(|e| anyhow!("creating the document: {e}"))?;
     let baseline_ping = ping_baseline(&writer, 100).await;
 
-    note(format!("fanout: opening {n} connections"));
+    note(format!(
+        "fanout: opening {n} connections ({} listeners)",
+        match a.listener {
+            ListenerKind::Lean => "lean",
+            ListenerKind::Client => "client",
+        }
+    ));
     let t0 = Instant::now();
-    let (clients, errs) = connect_many(
-        &relay.url,
-        t,
-        &format!("fanout-{tag}"),
-        n,
-        a.connect_concurrency,
-    )
-    .await;
+    let prefix = format!("fanout-{tag}");
+    let (clients, lean, errs) = match a.listener {
+        ListenerKind::Client => {
+            let (c, e) = connect_many(&relay.url, t, &prefix, n, a.connect_concurrency).await;
+            (c, Vec::new(), e)
+        }
+        ListenerKind::Lean => {
+            let (l, e) = lean_connect_many(&relay.url, t, &prefix, n, a.connect_concurrency).await;
+            (Vec::new(), l, e)
+        }
+    };
     let connect_s = t0.elapsed().as_secs_f64();
     if !errs.is_empty() {
         let (soft, _) = open_file_limit();
@@ -1065,6 +1352,16 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
     let writes = a.writes;
     let t1 = Instant::now();
     let mut set = JoinSet::new();
+    for mut l in lean {
+        l.listen(1, &query).await?;
+        set.spawn(lean_listen_loop(
+            l,
+            name.clone(),
+            writes,
+            ready.clone(),
+            stop_rx.clone(),
+        ));
+    }
     for c in &clients {
         let mut listener = c
             .listen(&query, None)
@@ -1076,7 +1373,7 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
                 seen: Vec::with_capacity(writes as usize),
                 last_seq: 0,
                 error: None,
-                _listener: None,
+                _keep: None,
             };
             let mut first = true;
             loop {
@@ -1112,7 +1409,7 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
                     break;
                 }
             }
-            r._listener = Some(listener);
+            r._keep = Some(Box::new(listener));
             r
         });
     }
@@ -1220,11 +1517,11 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
             json!([q, s["p50"], s["max"]])
         })
         .collect();
-    // Teardown: every listener has been dropped (Unlisten sent); now close the connections
-    // and time how long the relay takes to release them all.
-    drop(results);
+    // Teardown: drop every listener (a `Client` listener sends `Unlisten`; a lean one closes
+    // its socket) and every connection, and time how long the relay takes to release them.
     let teardown = Probe::start(relay).await;
     let t2 = Instant::now();
+    drop(results);
     drop(clients);
     let mut teardown_s = Json::Null;
     if let Some(addr) = relay.http_addr() {
@@ -1244,7 +1541,7 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
     emit(merge(
         json!({
             "bench": "fanout",
-            "params": {"listeners": n, "writes": writes, "interval_ms": a.interval_ms},
+            "params": {"listeners": n, "writes": writes, "interval_ms": a.interval_ms, "listener": match a.listener { ListenerKind::Lean => "lean", ListenerKind::Client => "client" }},
             "ops": delivered,
             "duration_s": round3(start.elapsed().as_secs_f64()),
             "throughput": round3(delivered as f64 / start.elapsed().as_secs_f64()),

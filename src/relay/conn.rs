@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 use super::auth::AuthContext;
 use super::commit::{WriteError, WriteRequest};
-use super::fanout::{Outbound, Start};
+use super::fanout::{Frames, Outbound, Start};
 use super::store::valid_database_name;
 use super::{Database, Relay};
 use crate::core::kv::block_on_ready;
@@ -653,11 +653,14 @@ impl Connection {
     }
 }
 
+/// Most queue entries written before one flush.
+const MAX_BATCH: usize = 256;
+
 /// Sends queued frames, heartbeats when idle, and closes the socket when asked or when the
 /// connection overflowed.
 async fn writer(
     mut sink: futures_util::stream::SplitSink<WebSocket, Message>,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut rx: mpsc::UnboundedReceiver<Frames>,
     out: Outbound,
     db: Arc<Database>,
     relay: Arc<Relay>,
@@ -669,6 +672,12 @@ async fn writer(
     let mut last_sent = Instant::now();
     let overflow = out.overflow();
     tokio::pin!(overflow);
+    // Made once: a fresh `changed()` per wake-up would register with the channel each time.
+    let closed = async move {
+        let _ = closing.changed().await;
+    };
+    tokio::pin!(closed);
+    let mut batch: Vec<Frames> = Vec::new();
     loop {
         if out.is_overflowed() {
             relay.metrics.slow_consumer_dropped();
@@ -682,21 +691,20 @@ async fn writer(
             break;
         }
         tokio::select! {
-            frame = rx.recv() => {
-                let Some(frame) = frame else { break };
+            biased;
+            n = rx.recv_many(&mut batch, MAX_BATCH) => {
+                if n == 0 {
+                    break;
+                }
                 // Everything already queued goes out in one flush (a fan-out round queues a
                 // connection's deltas and its snapshot together).
-                let mut frames = vec![frame];
-                while frames.len() < 256 {
-                    match rx.try_recv() {
-                        Ok(f) => frames.push(f),
-                        Err(_) => break,
-                    }
-                }
-                let len: usize = frames.iter().map(|f| f.len()).sum();
+                let len: usize = batch.iter().map(Frames::len).sum();
                 let send_all = async {
-                    for f in frames {
-                        sink.feed(Message::Binary(f)).await?;
+                    for f in batch.drain(..) {
+                        sink.feed(Message::Binary(f.first)).await?;
+                        if let Some(second) = f.second {
+                            sink.feed(Message::Binary(second)).await?;
+                        }
                     }
                     sink.flush().await
                 };
@@ -714,6 +722,19 @@ async fn writer(
                 }
                 last_sent = Instant::now();
             }
+            _ = &mut closed => {
+                // Flush what is queued, then close.
+                'flush: while let Ok(f) = rx.try_recv() {
+                    let len = f.len();
+                    for frame in std::iter::once(f.first).chain(f.second) {
+                        if sink.send(Message::Binary(frame)).await.is_err() {
+                            break 'flush;
+                        }
+                    }
+                    out.sent(len);
+                }
+                break;
+            }
             _ = tick.tick() => {
                 if last_sent.elapsed() >= heartbeat {
                     let version = db.fanout.published.load(Ordering::Acquire);
@@ -723,17 +744,6 @@ async fn writer(
                     }
                     last_sent = Instant::now();
                 }
-            }
-            _ = closing.changed() => {
-                // Flush what is queued, then close.
-                while let Ok(frame) = rx.try_recv() {
-                    let len = frame.len();
-                    if sink.send(Message::Binary(frame)).await.is_err() {
-                        break;
-                    }
-                    out.sent(len);
-                }
-                break;
             }
         }
     }

@@ -3,15 +3,18 @@
 //!
 //! Identical queries (same database, same encoded query) share one [`View`], so a change is
 //! matched once and its frame encoded once however many clients listen; each subscriber's
-//! frame differs only in its target id. After the deltas of a round of commits, every
-//! affected connection gets one `Snapshot{version}`: the point at which all its targets are
-//! consistent.
+//! frame differs only in its target id, and subscribers with the same target id share the
+//! bytes. After the deltas of a round of commits, every affected connection gets one
+//! `Snapshot{version}`: the point at which all its targets are consistent. A connection with
+//! a single target gets its delta and snapshot as one queue entry (one wake-up of its
+//! writer). Unlisten and connection close are O(1) per target: each target knows its
+//! group and its index in the group's subscriber list.
 //!
 //! Architecture invariant: frames for one connection are queued under the database's fan-out
 //! lock, so a target's initial result always precedes its deltas, and deltas follow commit
 //! order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -26,73 +29,118 @@ use crate::core::query::model::Query;
 use crate::core::query::validate::QueryError;
 use crate::core::query::view::{ChangeType, DocChange, View};
 
+/// What a connection's writer takes off its queue at once: one frame, or a delta and the
+/// `Snapshot` that makes it visible (one queue push and one wake-up for both).
+pub struct Frames {
+    pub first: Bytes,
+    pub second: Option<Bytes>,
+}
+
+impl Frames {
+    pub fn len(&self) -> usize {
+        self.first.len() + self.second.as_ref().map_or(0, |b| b.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+struct OutShared {
+    tx: mpsc::UnboundedSender<Frames>,
+    queued: AtomicUsize,
+    overflowed: AtomicBool,
+    /// Fires once when the connection overflows, so a writer blocked on a stalled socket
+    /// and a reader waiting for frames both stop.
+    overflow_signal: tokio::sync::watch::Sender<bool>,
+    max_bytes: usize,
+    /// Targets this connection listens to (changed only under the fan-out lock).
+    targets: AtomicUsize,
+    /// The last version published to this connection's targets in `publish` (only under the
+    /// fan-out lock): marks it as owed a `Snapshot` once per round.
+    round: AtomicU64,
+}
+
 /// A connection's outbound queue, bounded in bytes: past the bound the connection is marked
-/// overflowed and its writer drops it (the client resumes from its last snapshot).
+/// overflowed and its writer drops it (the client resumes from its last snapshot). Clones
+/// share the queue (one reference count).
 #[derive(Clone)]
 pub struct Outbound {
     pub conn: u64,
-    tx: mpsc::UnboundedSender<Bytes>,
-    queued: Arc<AtomicUsize>,
-    overflowed: Arc<AtomicBool>,
-    /// Fires once when the connection overflows, so a writer blocked on a stalled socket
-    /// and a reader waiting for frames both stop.
-    overflow_signal: Arc<tokio::sync::watch::Sender<bool>>,
-    max_bytes: usize,
+    shared: Arc<OutShared>,
 }
 
 impl Outbound {
-    pub fn new(conn: u64, max_bytes: usize) -> (Outbound, mpsc::UnboundedReceiver<Bytes>) {
+    pub fn new(conn: u64, max_bytes: usize) -> (Outbound, mpsc::UnboundedReceiver<Frames>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             Outbound {
                 conn,
-                tx,
-                queued: Arc::new(AtomicUsize::new(0)),
-                overflowed: Arc::new(AtomicBool::new(false)),
-                overflow_signal: Arc::new(tokio::sync::watch::channel(false).0),
-                max_bytes,
+                shared: Arc::new(OutShared {
+                    tx,
+                    queued: AtomicUsize::new(0),
+                    overflowed: AtomicBool::new(false),
+                    overflow_signal: tokio::sync::watch::channel(false).0,
+                    max_bytes,
+                    targets: AtomicUsize::new(0),
+                    round: AtomicU64::new(0),
+                }),
             },
             rx,
         )
     }
 
+    /// Queues frames; false when the connection is gone or overflowed.
+    fn push(&self, frames: Frames) -> bool {
+        let s = &*self.shared;
+        if s.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let len = frames.len();
+        if s.queued.fetch_add(len, Ordering::Relaxed) + len > s.max_bytes {
+            s.overflowed.store(true, Ordering::Relaxed);
+            s.overflow_signal.send_replace(true);
+            return false;
+        }
+        s.tx.send(frames).is_ok()
+    }
+
     /// Queues a frame; false when the connection is gone or overflowed.
     pub fn send(&self, frame: Bytes) -> bool {
-        if self.overflowed.load(Ordering::Relaxed) {
-            return false;
-        }
-        let len = frame.len();
-        if self.queued.fetch_add(len, Ordering::Relaxed) + len > self.max_bytes {
-            self.overflowed.store(true, Ordering::Relaxed);
-            self.overflow_signal.send_replace(true);
-            return false;
-        }
-        self.tx.send(frame).is_ok()
+        self.push(Frames {
+            first: frame,
+            second: None,
+        })
     }
 
     pub fn send_message(&self, m: &ServerMessage) -> bool {
         self.send(Bytes::from(encode_server(m)))
     }
 
-    /// The writer took a frame of `len` bytes off the queue.
+    /// The writer took `len` bytes of frames off the queue.
     pub fn sent(&self, len: usize) {
-        self.queued.fetch_sub(len, Ordering::Relaxed);
+        self.shared.queued.fetch_sub(len, Ordering::Relaxed);
     }
 
     pub fn queued_bytes(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
+        self.shared.queued.load(Ordering::Relaxed)
     }
 
     /// Resolves when the connection has overflowed.
     pub fn overflow(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut rx = self.overflow_signal.subscribe();
+        let mut rx = self.shared.overflow_signal.subscribe();
         async move {
             let _ = rx.wait_for(|v| *v).await;
         }
     }
 
     pub fn is_overflowed(&self) -> bool {
-        self.overflowed.load(Ordering::Relaxed)
+        self.shared.overflowed.load(Ordering::Relaxed)
+    }
+
+    /// Marks the connection as owed a `Snapshot` at `version`; false if it already was.
+    fn owe_snapshot(&self, version: u64) -> bool {
+        self.shared.round.swap(version, Ordering::Relaxed) != version
     }
 }
 
@@ -105,7 +153,14 @@ struct Group {
     view: View,
     /// The version the view reflects.
     version: u64,
+    /// In no particular order: removal swaps the last one into the gap.
     subscribers: Vec<Subscriber>,
+}
+
+/// Where a target's subscription is: its group and its index in the group's subscribers.
+struct Slot {
+    key: Arc<[u8]>,
+    index: usize,
 }
 
 /// Runs a query against the latest committed state: (documents, version).
@@ -113,12 +168,45 @@ pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryE
 
 #[derive(Default)]
 struct Inner {
-    groups: HashMap<Vec<u8>, Group>,
-    by_target: HashMap<(u64, u32), Vec<u8>>,
+    groups: HashMap<Arc<[u8]>, Group>,
+    by_target: HashMap<(u64, u32), Slot>,
+    /// The targets of each connection, so closing one is O(its targets).
+    by_conn: HashMap<u64, Vec<u32>>,
     /// Initial results held back until the published version reaches theirs (the initial
     /// read saw commits not yet published): sending them earlier would let a `Snapshot` of
     /// an older version cover contents of a newer one.
     pending: Vec<(Outbound, u64, Vec<ServerMessage>)>,
+}
+
+impl Inner {
+    /// Removes a target in O(1); false if it did not exist.
+    fn unlisten(&mut self, conn: u64, target_id: u32) -> bool {
+        let Some(slot) = self.by_target.remove(&(conn, target_id)) else {
+            return false;
+        };
+        if let Some(g) = self.groups.get_mut(&slot.key[..]) {
+            let removed = g.subscribers.swap_remove(slot.index);
+            debug_assert!(removed.out.conn == conn && removed.target_id == target_id);
+            removed.out.shared.targets.fetch_sub(1, Ordering::Relaxed);
+            if let Some(moved) = g.subscribers.get(slot.index) {
+                if let Some(m) = self.by_target.get_mut(&(moved.out.conn, moved.target_id)) {
+                    m.index = slot.index;
+                }
+            }
+            if g.subscribers.is_empty() {
+                self.groups.remove(&slot.key[..]);
+            }
+        }
+        if let Some(targets) = self.by_conn.get_mut(&conn) {
+            if let Some(p) = targets.iter().position(|t| *t == target_id) {
+                targets.swap_remove(p);
+            }
+            if targets.is_empty() {
+                self.by_conn.remove(&conn);
+            }
+        }
+        true
+    }
 }
 
 /// The fan-out of one database.
@@ -147,6 +235,9 @@ fn retarget(template: &[u8], target_id: u32) -> Bytes {
     out.extend_from_slice(&template[2..]);
     Bytes::from(out)
 }
+
+/// Distinct target ids whose retargeted frame `publish` keeps for reuse within a group.
+const RETARGET_CACHE: usize = 16;
 
 /// Most change bytes (estimated) in one TargetChange frame: half the frame limit, so names
 /// and framing never push a frame over it.
@@ -237,26 +328,32 @@ impl Fanout {
         initial: impl FnOnce(&Query) -> Result<(Vec<Document>, u64), QueryError>,
         start: impl FnOnce(u64) -> Start,
     ) -> Result<(), QueryError> {
-        let mut key = Vec::new();
-        encode_query(&query, &mut key);
-        let mut inner = self.inner.lock().expect("fanout lock");
+        let mut encoded = Vec::new();
+        encode_query(&query, &mut encoded);
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
         if inner.by_target.contains_key(&(out.conn, target_id)) {
             return Err(QueryError::InvalidArgument(format!(
                 "target {target_id} is already listening on this connection"
             )));
         }
-        if !inner.groups.contains_key(&key) {
-            let (docs, version) = initial(&query)?;
-            inner.groups.insert(
-                key.clone(),
-                Group {
-                    view: View::new(query, docs),
-                    version,
-                    subscribers: Vec::new(),
-                },
-            );
-        }
-        let group = inner.groups.get_mut(&key).expect("inserted above");
+        let key: Arc<[u8]> = match inner.groups.get_key_value(&encoded[..]) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let (docs, version) = initial(&query)?;
+                let k: Arc<[u8]> = encoded.into();
+                inner.groups.insert(
+                    k.clone(),
+                    Group {
+                        view: View::new(query, docs),
+                        version,
+                        subscribers: Vec::new(),
+                    },
+                );
+                k
+            }
+        };
+        let group = inner.groups.get_mut(&key[..]).expect("inserted above");
         let limited = group.view.query().limit.is_some();
         let (kind, changes) = match start(group.version) {
             Start::Resume(Some(changed)) if !limited => {
@@ -283,12 +380,17 @@ impl Fanout {
             ),
         };
         let messages = target_change_messages(target_id, kind, changes);
+        let index = group.subscribers.len();
         group.subscribers.push(Subscriber {
             target_id,
             out: out.clone(),
         });
         let version = group.version;
-        inner.by_target.insert((out.conn, target_id), key);
+        inner
+            .by_target
+            .insert((out.conn, target_id), Slot { key, index });
+        inner.by_conn.entry(out.conn).or_default().push(target_id);
+        out.shared.targets.fetch_add(1, Ordering::Relaxed);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
             for m in &messages {
@@ -301,67 +403,66 @@ impl Fanout {
         Ok(())
     }
 
-    /// Removes a target; false if it did not exist.
+    /// Removes a target; false if it did not exist. O(1).
     pub fn unlisten(&self, conn: u64, target_id: u32) -> bool {
-        let mut inner = self.inner.lock().expect("fanout lock");
-        let Some(key) = inner.by_target.remove(&(conn, target_id)) else {
-            return false;
-        };
-        if let Some(g) = inner.groups.get_mut(&key) {
-            g.subscribers
-                .retain(|s| !(s.out.conn == conn && s.target_id == target_id));
-            if g.subscribers.is_empty() {
-                inner.groups.remove(&key);
-            }
-        }
-        true
-    }
-
-    /// Removes every target of a connection; returns how many there were.
-    pub fn drop_connection(&self, conn: u64) -> usize {
-        let targets: Vec<u32> = {
-            let inner = self.inner.lock().expect("fanout lock");
-            inner
-                .by_target
-                .keys()
-                .filter(|(c, _)| *c == conn)
-                .map(|(_, t)| *t)
-                .collect()
-        };
-        for t in &targets {
-            self.unlisten(conn, *t);
-        }
         self.inner
             .lock()
             .expect("fanout lock")
-            .pending
-            .retain(|(o, _, _)| o.conn != conn);
+            .unlisten(conn, target_id)
+    }
+
+    /// Removes every target of a connection; returns how many there were. O(its targets).
+    pub fn drop_connection(&self, conn: u64) -> usize {
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
+        let targets = inner.by_conn.remove(&conn).unwrap_or_default();
+        for t in &targets {
+            inner.unlisten(conn, *t);
+        }
+        if !inner.pending.is_empty() {
+            inner.pending.retain(|(o, _, _)| o.conn != conn);
+        }
         targets.len()
     }
 
     /// Applies committed versions (ascending, all of this database) to every view and
     /// queues the resulting frames. Returns the number of frames queued.
+    ///
+    /// Each change is encoded once per group (per frame's worth of changes); a subscriber's
+    /// frame differs only in its target id, and subscribers sharing a target id share the
+    /// frame's bytes. A connection with a single target gets its delta and its `Snapshot`
+    /// as one queue entry; a connection with several gets its `Snapshot` after all the
+    /// round's deltas.
     pub fn publish(&self, commits: &[Committed], requery: Requery) -> usize {
         let Some(last) = commits.last().map(|c| c.version) else {
             return 0;
         };
-        let mut inner = self.inner.lock().expect("fanout lock");
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
         let mut frames = 0;
-        let mut affected: BTreeMap<u64, Outbound> = BTreeMap::new();
+        let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
+        // Connections owed a `Snapshot` at the end of the round.
+        let mut affected: Vec<Outbound> = Vec::new();
         // Held-back initial results whose version is now published go first: the deltas
         // below are computed on top of them.
-        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.pending)
-            .into_iter()
-            .partition(|(_, v, _)| *v <= last);
-        inner.pending = waiting;
-        for (o, _, messages) in due {
-            for m in &messages {
-                if o.send_message(m) {
-                    frames += 1;
+        if !inner.pending.is_empty() {
+            let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.pending)
+                .into_iter()
+                .partition(|(_, v, _)| *v <= last);
+            inner.pending = waiting;
+            for (o, _, messages) in due {
+                for m in &messages {
+                    if o.send_message(m) {
+                        frames += 1;
+                    }
+                }
+                if o.owe_snapshot(last) {
+                    affected.push(o);
                 }
             }
-            affected.entry(o.conn).or_insert(o);
         }
+        // Retargeted frames by target id, reused across subscribers.
+        let mut retargeted: Vec<(u32, Bytes)> = Vec::new();
         for group in inner.groups.values_mut() {
             let mut changes = Vec::new();
             let mut refill = false;
@@ -387,25 +488,57 @@ impl Fanout {
             if changes.is_empty() {
                 continue;
             }
-            for part in chunks(to_wire(&changes)) {
+            let parts = chunks(to_wire(&changes));
+            let n = parts.len();
+            for (i, part) in parts.into_iter().enumerate() {
+                let last_part = i + 1 == n;
                 let template = encode_server(&ServerMessage::TargetChange {
                     target_id: 0,
                     kind: TargetChangeKind::Delta,
                     changes: part,
                 });
+                retargeted.clear();
                 for s in &group.subscribers {
-                    if s.out.send(retarget(&template, s.target_id)) {
-                        frames += 1;
+                    let frame = match retargeted.iter().find(|(t, _)| *t == s.target_id) {
+                        Some((_, b)) => b.clone(),
+                        None => {
+                            let b = retarget(&template, s.target_id);
+                            if retargeted.len() < RETARGET_CACHE {
+                                retargeted.push((s.target_id, b.clone()));
+                            }
+                            b
+                        }
+                    };
+                    if !last_part {
+                        if s.out.send(frame) {
+                            frames += 1;
+                        }
+                        continue;
+                    }
+                    let solo = s.out.shared.targets.load(Ordering::Relaxed) == 1;
+                    let owed = s.out.owe_snapshot(last);
+                    if solo && owed {
+                        // Its only target: the snapshot can follow at once.
+                        let sent = s.out.push(Frames {
+                            first: frame,
+                            second: Some(snapshot.clone()),
+                        });
+                        if sent {
+                            frames += 2;
+                        }
+                    } else {
+                        if s.out.send(frame) {
+                            frames += 1;
+                        }
+                        if owed {
+                            affected.push(s.out.clone());
+                        }
                     }
                 }
             }
-            for s in &group.subscribers {
-                affected.entry(s.out.conn).or_insert_with(|| s.out.clone());
-            }
         }
         self.published.store(last, Ordering::Release);
-        let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
-        for out in affected.values() {
+        for out in &affected {
             if out.send(snapshot.clone()) {
                 frames += 1;
             }
