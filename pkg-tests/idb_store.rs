@@ -112,7 +112,7 @@ async fn round_trip_through_every_store() {
         put(Store::Remote, bytes(b"doc/gone"), b""),
         put(Store::Mutations, Key::Number(2.0), b"batch-2"),
         put(Store::Mutations, Key::Number(10.0), b"batch-10"),
-        put(Store::Targets, Key::Number(4.0), b"target-4"),
+        put(Store::Targets, bytes(b"query-4"), b"target-4"),
         put(Store::Meta, Key::Text("clientId".into()), b"c1"),
     ])
     .await
@@ -158,7 +158,7 @@ async fn round_trip_through_every_store() {
     );
     assert_eq!(
         s.all(Store::Targets).await.unwrap(),
-        vec![(4u64.to_be_bytes().to_vec(), b"target-4".to_vec())]
+        vec![(b"query-4".to_vec(), b"target-4".to_vec())]
     );
     assert_eq!(
         s.all(Store::Meta).await.unwrap(),
@@ -445,12 +445,13 @@ async fn failed_batch_applies_nothing() {
         (put(Store::Meta, bytes(b"k"), b"x"), "text keys"),
         (
             WriteOp::DeleteRange {
-                store: Store::Targets,
+                store: Store::Mutations,
                 start: vec![],
                 end: vec![1],
             },
             "binary keys",
         ),
+        (put(Store::Targets, Key::Number(4.0), b"x"), "bytes keys"),
     ] {
         let err = s
             .write(vec![doc(b"added", b"x", &[]), bad])

@@ -20,6 +20,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
+use super::cache::Cache;
 use super::error::ClientError;
 use super::idb_store::{IdbStore, Key, Store, WriteOp, META_INDEXED};
 use super::lock::AsyncLock;
@@ -146,6 +147,11 @@ pub struct Engine {
     pub on_listen: Hook<dyn Fn(u64, &Query)>,
     pub on_unlisten: Hook<dyn Fn(u64)>,
     pub on_local_change: Hook<dyn Fn(&[DocumentName])>,
+    /// Called after an eviction deleted documents (the sync layer drops resume points).
+    pub on_evicted: Hook<dyn Fn()>,
+    pub cache: Cache,
+    /// Releases this context's shared "open" Web Lock (see `cache`).
+    open_lock: RefCell<Option<js_sys::Function>>,
 }
 
 const META_CLIENT_ID: &str = "client-id";
@@ -162,6 +168,7 @@ impl Engine {
         name: &str,
         indexes: Option<IndexFile>,
         synced: bool,
+        cache_budget: Option<u64>,
     ) -> Result<Rc<Engine>, ClientError> {
         let store = IdbStore::open(name).await?;
         let client_id = match store.get_meta(META_CLIENT_ID).await? {
@@ -222,6 +229,9 @@ impl Engine {
             on_listen: RefCell::new(None),
             on_unlisten: RefCell::new(None),
             on_local_change: RefCell::new(None),
+            on_evicted: RefCell::new(None),
+            cache: Cache::new(cache_budget.filter(|_| synced)),
+            open_lock: RefCell::new(crate::client::cache::hold_open_lock(name)),
         }))
     }
 
@@ -398,9 +408,14 @@ impl Engine {
         }
         drop(read);
         // The document records are encoded as their requests are made (see `write_iter`).
-        let docs = touched
-            .iter()
-            .map(|(name, _, new)| self.doc_op(name, new.as_ref()));
+        let written = Cell::new(0u64);
+        let docs = touched.iter().map(|(name, _, new)| {
+            let op = self.doc_op(name, new.as_ref());
+            if let Ok(op) = &op {
+                written.set(written.get() + stored_bytes(op));
+            }
+            op
+        });
         let mut scope = vec![Store::Documents];
         let mut queued = None;
         if self.synced {
@@ -445,7 +460,93 @@ impl Engine {
             return Err(e);
         }
         drop(guard);
+        self.wrote(written.get());
         Ok(batch)
+    }
+
+    /// Counts bytes stored towards the cache budget, and starts a collection when due.
+    fn wrote(self: &Rc<Self>, bytes: u64) {
+        if self.cache.wrote(bytes) {
+            let engine = self.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let _ = engine.collect_garbage().await;
+            });
+        }
+    }
+
+    /// Documents that may not be evicted now: in a listener's result or watched, with a
+    /// pending write in this tab's queue, or recently read.
+    fn held_names(&self) -> HashSet<DocumentName> {
+        let mut held = self.pending_names();
+        for l in self.listeners.borrow().values() {
+            match &l.watched {
+                Watched::Query(view) => {
+                    held.extend(view.documents().iter().map(|d| d.name.clone()));
+                }
+                Watched::Document(name, _) => {
+                    held.insert(name.clone());
+                }
+            }
+        }
+        held.extend(self.cache.recent());
+        held
+    }
+
+    /// Enforces the cache budget (see `cache`): returns how many documents were evicted.
+    pub async fn collect_garbage(self: &Rc<Self>) -> Result<usize, ClientError> {
+        let Some(budget) = self.cache.budget() else {
+            return Ok(0);
+        };
+        if !self.cache.begin() {
+            return Ok(0);
+        }
+        if !crate::client::cache::alone(&self.name).await {
+            self.cache.end(None);
+            return Ok(0);
+        }
+        let result = self.collect_locked(budget).await;
+        self.cache.end(result.as_ref().ok().map(|r| r.1));
+        let evicted = result?.0;
+        if evicted > 0 {
+            if let Some(hook) = self.on_evicted.borrow().as_ref() {
+                hook();
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// The walk and the deletions, under the write lock: (documents evicted, bytes after).
+    async fn collect_locked(&self, budget: u64) -> Result<(usize, u64), ClientError> {
+        let _guard = self.lock.lock().await;
+        let usage = self.store.usage().await?;
+        let total: u64 = usage.iter().map(|u| u.1).sum();
+        if (total as f64) <= budget as f64 * crate::client::cache::START {
+            return Ok((0, total));
+        }
+        let mut held: HashSet<Vec<u8>> = self.held_names().iter().map(document_key).collect();
+        // Pending writes of every tab.
+        for (k, v) in self.store.all(Store::Mutations).await? {
+            let id =
+                u64::from_be_bytes(k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
+            if let Ok(b) = Batch::decode(id, &v) {
+                held.extend(b.names().iter().map(document_key));
+            }
+        }
+        let target = (budget as f64 * crate::client::cache::TARGET) as u64;
+        let (victims, after) = crate::client::cache::victims(usage, &held, target);
+        let count = victims.len();
+        self.store
+            .write(
+                victims
+                    .into_iter()
+                    .map(|key| WriteOp::Delete {
+                        store: Store::Documents,
+                        key: Key::Bytes(key),
+                    })
+                    .collect(),
+            )
+            .await?;
+        Ok((count, after))
     }
 
     /// The relay acknowledged `batch_id` at `version`.
@@ -606,9 +707,11 @@ impl Engine {
                 }
             }
         }
+        let written = ops.iter().map(stored_bytes).sum();
         self.store.write(ops).await?;
         drop(guard);
         self.local_changed(&changed).await;
+        self.wrote(written);
         Ok(())
     }
 
@@ -616,7 +719,9 @@ impl Engine {
     pub async fn query(&self, q: &Query) -> Result<Vec<Document>, ClientError> {
         let read = self.store.read().await?;
         let catalog = self.catalog.borrow().clone();
-        Ok(run_query(&read, &catalog, q).await?)
+        let docs = run_query(&read, &catalog, q).await?;
+        self.cache.read(docs.iter().map(|d| &d.name));
+        Ok(docs)
     }
 
     pub async fn aggregate(
@@ -630,7 +735,9 @@ impl Engine {
     }
 
     pub async fn get_document(&self, name: &DocumentName) -> Result<Option<Document>, ClientError> {
-        self.local_doc(name).await
+        let doc = self.local_doc(name).await?;
+        self.cache.read([name]);
+        Ok(doc)
     }
 
     pub fn is_pending(&self, name: &DocumentName) -> bool {
@@ -1023,11 +1130,26 @@ impl Engine {
             }
         }
         self.listeners.borrow_mut().clear();
+        if let Some(release) = self.open_lock.borrow_mut().take() {
+            let _ = release.call0(&wasm_bindgen::JsValue::UNDEFINED);
+        }
         self.store.close();
     }
 }
 
-/// A server base document: present (encoded) or absent (one zero byte).
+/// The bytes a write op stores towards the cache budget (document records only).
+fn stored_bytes(op: &WriteOp) -> u64 {
+    match op {
+        WriteOp::PutDocument {
+            key,
+            value,
+            index_keys,
+            ..
+        } => (key.len() + value.len() + index_keys.iter().map(Vec::len).sum::<usize>()) as u64,
+        _ => 0,
+    }
+}
+
 /// Rewrites every document record with its index keys under `catalog`, in one transaction,
 /// and records the definitions they follow (`META_INDEXED`) and the catalog's definitions
 /// (`META_INDEXES`, for offline use).
@@ -1054,6 +1176,7 @@ async fn reindex(store: &IdbStore, catalog: &IndexCatalog) -> Result<(), ClientE
     store.write(ops).await
 }
 
+/// A server base document: present (encoded) or absent (one zero byte).
 fn encode_remote(doc: Option<&Document>) -> Result<Vec<u8>, ClientError> {
     match doc {
         Some(d) => {

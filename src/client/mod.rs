@@ -13,6 +13,7 @@
 #![allow(clippy::type_complexity)]
 
 pub mod api;
+pub mod cache;
 pub mod convert;
 pub mod engine;
 pub mod error;

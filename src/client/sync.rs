@@ -150,9 +150,43 @@ impl Sync {
                 s.unlisten(id);
             }
         }));
+        let w = Rc::downgrade(&sync);
+        *engine.on_evicted.borrow_mut() = Some(Box::new(move || {
+            if let Some(s) = w.upgrade() {
+                s.forget_resume_points();
+            }
+        }));
         Self::install_online_events(&sync);
         sync.connect();
         Ok(sync)
+    }
+
+    /// After an eviction the cache may lack documents of targets not being listened to:
+    /// their resume versions go (in memory and stored), so they are fetched whole next time.
+    /// Listened targets keep theirs: their documents are held.
+    fn forget_resume_points(&self) {
+        let active: BTreeSet<Vec<u8>> = self
+            .targets
+            .borrow()
+            .values()
+            .map(|t| t.key.clone())
+            .collect();
+        self.stored_resume.borrow_mut().clear();
+        let Some(engine) = self.engine() else { return };
+        wasm_bindgen_futures::spawn_local(async move {
+            let Ok(rows) = engine.store.all(Store::Targets).await else {
+                return;
+            };
+            let ops: Vec<WriteOp> = rows
+                .into_iter()
+                .filter(|(k, _)| !active.contains(k))
+                .map(|(k, _)| WriteOp::Delete {
+                    store: Store::Targets,
+                    key: Key::Bytes(k),
+                })
+                .collect();
+            let _ = engine.store.write(ops).await;
+        });
     }
 
     fn install_online_events(sync: &Rc<Sync>) {

@@ -133,6 +133,27 @@ fn opt(options: &JsValue, key: &str) -> Option<JsValue> {
         .filter(|v| !v.is_undefined() && !v.is_null())
 }
 
+/// How long after open the first cache collection runs.
+const FIRST_COLLECTION_MS: f64 = 1000.0;
+
+/// The `cacheSizeBytes` option: bytes (at least 1 MiB), `-1` for no limit; 40 MiB if absent.
+fn cache_budget(v: Option<JsValue>) -> Result<Option<u64>, ClientError> {
+    let Some(v) = v else {
+        return Ok(Some(crate::client::cache::DEFAULT_BUDGET));
+    };
+    match v.as_f64() {
+        Some(-1.0) => Ok(None),
+        Some(n) if n.fract() == 0.0 && n >= crate::client::cache::MIN_BUDGET as f64 => {
+            Ok(Some(n.min(u64::MAX as f64) as u64))
+        }
+        _ => Err(ClientError::invalid(format!(
+            "cacheSizeBytes must be a whole number of bytes of at least {} (1 MiB), or -1 \
+             (Hearth.CACHE_SIZE_UNLIMITED) for no limit",
+            crate::client::cache::MIN_BUDGET
+        ))),
+    }
+}
+
 /// The relay's WebSocket URL: `ws://host:port` gets the protocol path appended.
 fn ws_url(relay: &str) -> String {
     let trimmed = relay.trim_end_matches('/');
@@ -152,10 +173,19 @@ pub struct Hearth {
 
 #[wasm_bindgen]
 impl Hearth {
-    /// Opens a database: `{ name, relay?, token?, indexes? }`. `relay` is the relay's
+    /// `cacheSizeBytes`: `-1`, for no limit on the local cache.
+    #[wasm_bindgen(getter = CACHE_SIZE_UNLIMITED)]
+    pub fn cache_size_unlimited() -> f64 {
+        -1.0
+    }
+
+    /// Opens a database: `{ name, relay?, token?, indexes?, cacheSizeBytes? }`. `relay` is the relay's
     /// address (`ws://127.0.0.1:8787`); without it the database is local only. `token` is a
     /// string or a function returning one (or a promise of one), called on every connect.
-    /// `indexes` is a `firestore.indexes.json` object or text.
+    /// `indexes` is a `firestore.indexes.json` object or text. `cacheSizeBytes` bounds the
+    /// local cache of a database with a relay (default 40 MiB, at least 1 MiB, `-1` for no
+    /// limit): the least recently written documents no listener, pending write or recent
+    /// read holds are evicted (they stay on the relay).
     pub fn open(options: JsValue) -> Promise {
         future_to_promise(async move {
             console_error_panic_hook::set_once();
@@ -187,8 +217,9 @@ impl Hearth {
                     Some(parse_index_file(&text).map_err(|e| ClientError::invalid(e.to_string()))?)
                 }
             };
+            let cache_budget = cache_budget(opt(&options, "cacheSizeBytes"))?;
             let relay = opt(&options, "relay").and_then(|v| v.as_string());
-            let engine = Engine::open(&name, indexes, relay.is_some()).await?;
+            let engine = Engine::open(&name, indexes, relay.is_some(), cache_budget).await?;
             let sync = match relay {
                 None => None,
                 Some(url) => {
@@ -207,6 +238,14 @@ impl Hearth {
                 channel: std::cell::RefCell::new(None),
             });
             db.link_tabs();
+            if db.engine.cache.budget().is_some() {
+                // The first collection measures what earlier sessions left.
+                let engine = db.engine.clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    write::sleep(FIRST_COLLECTION_MS).await;
+                    let _ = engine.collect_garbage().await;
+                });
+            }
             // References read back from documents become DocumentReferences of this database.
             let weak = Rc::downgrade(&db);
             let factory = Closure::<dyn Fn(String) -> JsValue>::new(move |path: String| {
@@ -301,6 +340,17 @@ impl Hearth {
         future_to_promise(async move {
             super::idb_store::IdbStore::delete(&name).await?;
             Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The bytes the local cache of documents takes now (their keys, encoded documents and
+    /// index entries), measured by reading it. The budget (`cacheSizeBytes`) bounds this.
+    #[wasm_bindgen(js_name = cacheSizeBytes)]
+    pub fn cache_size_bytes(&self) -> Promise {
+        let engine = self.db.engine.clone();
+        future_to_promise(async move {
+            let bytes = engine.store.estimate_bytes().await?;
+            Ok(JsValue::from_f64(bytes as f64))
         })
     }
 

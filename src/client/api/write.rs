@@ -204,7 +204,7 @@ impl Transaction {
 
 const MAX_ATTEMPTS: u32 = 5;
 
-async fn sleep(ms: f64) {
+pub(crate) async fn sleep(ms: f64) {
     let p = Promise::new(&mut |resolve, _| {
         let global = js_sys::global();
         if let Ok(st) =

@@ -74,8 +74,8 @@ pub(super) fn index_get_all_records(
 }
 
 /// A record of `documents`: `{d, k, t}`, where `d` is the encoded document, `k` the array of
-/// its index entry keys (the `index` multi-entry index's key path) and `t` when it was last
-/// used (the `lru` index's key path). All the bytes are views into one buffer, copied out of
+/// its index entry keys (the key path of the multi-entry `entries` index) and `t` when it was last
+/// written (for eviction). All the bytes are views into one buffer, copied out of
 /// wasm memory at once, which the structured clone also stores once.
 pub(super) fn document_record(doc: &[u8], index_keys: &[Vec<u8>], used: f64) -> JsValue {
     let total = doc.len() + index_keys.iter().map(Vec::len).sum::<usize>();
@@ -107,12 +107,10 @@ pub(super) fn document_record(doc: &[u8], index_keys: &[Vec<u8>], used: f64) -> 
 pub(super) const RECORD_DOCUMENT: &str = "d";
 /// Property holding the index entry keys (the key path of [`INDEX_ENTRIES`]).
 pub(super) const RECORD_KEYS: &str = "k";
-/// Property holding the last use, in milliseconds (the key path of [`INDEX_LRU`]).
+/// Property holding the last write, in milliseconds since the epoch.
 pub(super) const RECORD_USED: &str = "t";
 /// The multi-entry index of `documents` over every record's index entry keys.
 pub(super) const INDEX_ENTRIES: &str = "entries";
-/// The index of `documents` by last use.
-pub(super) const INDEX_LRU: &str = "lru";
 
 /// The encoded document of a `documents` record (a schema-1 record is the bare bytes).
 pub(super) fn record_document(record: &JsValue) -> Vec<u8> {
@@ -123,6 +121,14 @@ pub(super) fn record_document(record: &JsValue) -> Vec<u8> {
         Ok(d) if d.is_instance_of::<Uint8Array>() => to_bytes(&d),
         _ => Vec::new(),
     }
+}
+
+/// When a `documents` record was last written (0 for a schema-1 record).
+pub(super) fn record_used(record: &JsValue) -> f64 {
+    Reflect::get(record, &JsValue::from_str(RECORD_USED))
+        .ok()
+        .and_then(|t| t.as_f64())
+        .unwrap_or(0.0)
 }
 
 /// The bytes a `documents` record takes: its document and index keys (for the cache budget).

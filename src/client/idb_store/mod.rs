@@ -11,14 +11,13 @@
 //! store      key (type)                        value
 //! documents  document key (binary)             {d: encoded document (core::encoding::document),
 //!                                               k: [index entry keys (binary)],
-//!                                               t: last use (ms since the epoch)}
+//!                                               t: last write (ms since the epoch)}
 //!   index "entries": multi-entry on k           the local index: one entry per index key
-//!   index "lru": on t                           eviction order for the cache budget
 //! remote     document key (binary)             the server's version of a document with
 //!                                              pending writes (engine's encoding; its
 //!                                              "absent on the server" marker included)
 //! mutations  batch id (number)                 encoded mutation batch (engine's format)
-//! targets    target id (number)                encoded query + resume version (engine's)
+//! targets    encoded query (binary)            resume version (8 bytes, big-endian)
 //! meta       name (string)                     bytes: client id, index definitions JSON,
 //!                                              the definitions the records' keys follow,
 //!                                              cache size
@@ -32,6 +31,8 @@
 //! - Binary keys are written as `Uint8Array`s, which IndexedDB compares byte by byte: the
 //!   order of `documents` and of `entries` is exactly the core's `memcmp` order (`core::kv`).
 //!   Keys read back arrive as `ArrayBuffer`s.
+//! - Schema 1 documented `targets` with numeric keys, but the sync layer wrote binary ones,
+//!   which the key check refused: no schema-1 database holds a target, and none migrates.
 //! - Numeric keys are ids: integers in `[0, 2^53]`. [`IdbStore::all`] returns them as the
 //!   8 big-endian bytes of the integer, so byte order is numeric order.
 //! - Other values are `Uint8Array`s with their own buffer; an empty value is stored as the
@@ -41,7 +42,7 @@
 //!
 //! `upgrade` runs inside `upgradeneeded` and applies every step from the stored version to
 //! [`SCHEMA_VERSION`], one `if old < n` block per version; a new version adds a block and
-//! never edits an old one. Schema 1 → 2 drops the `index` store and adds the two indexes;
+//! never edits an old one. Schema 1 → 2 drops the `index` store and adds the `entries` index;
 //! the engine then rewrites every schema-1 record with its index keys (its `META_INDEXED`
 //! check), as it does whenever index definitions change. An open connection closes itself on `versionchange`, so another
 //! tab running a newer version can upgrade; an open that other connections still block
@@ -149,7 +150,8 @@ fn upgrade(db: &IdbDatabase, tx: &IdbTransaction, old: u32, new: u32) -> Result<
     }
     if old < 2 && new >= 2 {
         // Index entries move from a store of their own (one record, and one request, per
-        // entry) into a multi-entry index over each document record's keys. The engine
+        // entry) into a multi-entry index over each document record's keys. (Eviction
+        // reads `t` in a walk of the store; an index on it would cost every write an entry.) The engine
         // rewrites schema-1 records (bare bytes, which neither index sees) at open, since
         // computing their keys needs the index definitions: see `META_INDEXED`.
         db.delete_object_store("index")?;
@@ -161,7 +163,6 @@ fn upgrade(db: &IdbDatabase, tx: &IdbTransaction, old: u32, new: u32) -> Result<
             js::RECORD_KEYS,
             &multi,
         )?;
-        documents.create_index_with_str(js::INDEX_LRU, js::RECORD_USED)?;
     }
     Ok(())
 }
@@ -420,6 +421,34 @@ impl IdbStore {
             }
         }
         Ok(total)
+    }
+
+    /// Every `documents` record as (key, bytes it takes, last write in ms), for eviction.
+    /// Reads the store in pages of [`ESTIMATE_PAGE`] records.
+    pub async fn usage(&self) -> Result<Vec<(Vec<u8>, u64, f64)>, ClientError> {
+        let read = self.read().await?;
+        let mut out = Vec::new();
+        let mut range = KeyRange::default();
+        loop {
+            let records = read
+                .records(&range, ESTIMATE_PAGE)
+                .await
+                .map_err(|e| self.error("measuring `documents`", &e))?;
+            let full = records.len() == ESTIMATE_PAGE;
+            let last = records.last().map(|(k, _)| k.clone());
+            for (k, r) in records {
+                let size = k.len() as u64 + js::record_size(&r);
+                out.push((k, size, js::record_used(&r)));
+            }
+            match last {
+                Some(last) if full => {
+                    range.start = last;
+                    range.start.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     /// Sets how [`IdbRead`] scans; for benchmarks.

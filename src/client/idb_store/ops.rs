@@ -40,15 +40,15 @@ impl Store {
     /// The one kind of key the store holds.
     fn key_kind(self) -> &'static str {
         match self {
-            Store::Documents | Store::Remote => "bytes",
-            Store::Mutations | Store::Targets => "number",
+            Store::Documents | Store::Remote | Store::Targets => "bytes",
+            Store::Mutations => "number",
             Store::Meta => "text",
         }
     }
 }
 
-/// A key of a store: bytes for documents and remote documents; a number
-/// (an id: an integer in `[0, 2^53]`) for mutations and targets; text for meta.
+/// A key of a store: bytes for documents, remote documents and targets (encoded queries); a
+/// number (an id: an integer in `[0, 2^53]`) for mutations; text for meta.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Key {
     Bytes(Vec<u8>),

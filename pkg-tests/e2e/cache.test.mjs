@@ -1,0 +1,127 @@
+// End-to-end tests of the cache budget (`cacheSizeBytes`) in headless Chromium against a
+// real hearth-relay. Run: node --test pkg-tests/e2e/
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startRelay, startServer, startBrowser } from './harness.mjs';
+
+let relay;
+let server;
+let browser;
+const page = () => browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
+
+before(async () => {
+  relay = await startRelay();
+  server = await startServer();
+  browser = await startBrowser();
+});
+
+after(async () => {
+  await browser?.stop();
+  await server?.stop();
+  await relay?.stop();
+});
+
+const MiB = 1024 * 1024;
+
+/** Writes documents `from`..`count` of about `bytes` each into `bulk`, in batches of 50. */
+async function writeBulk(p, count, bytes, from = 0) {
+  await p.evaluate(async ({ count, bytes, from }) => {
+    const filler = 'x'.repeat(bytes);
+    for (let i = from; i < count; i += 50) {
+      const batch = window.db.batch();
+      for (let j = i; j < Math.min(i + 50, count); j++) {
+        batch.set(window.db.doc(`bulk/b${String(j).padStart(4, '0')}`), { n: j, filler });
+      }
+      await batch.commit();
+    }
+  }, { count, bytes, from });
+}
+
+const cachedBulk = (p) => p.evaluate(async () => {
+  const snap = await window.db.collection('bulk').get({ source: 'cache' });
+  return snap.docs.map((d) => d.data().n);
+});
+
+test('the cache budget evicts the least recently written documents nothing holds; the relay keeps them', { timeout: 90000 }, async () => {
+  const p = await page();
+  await p.evaluate(async (url) => {
+    const { Hearth } = window.hearth;
+    window.db = await Hearth.open({ name: 'cache-budget', relay: url, cacheSizeBytes: 1024 * 1024 });
+    // Held: a watched document, a listened query's result, a recently read document.
+    await window.db.doc('held/watched').set({ v: 'w', filler: 'y'.repeat(6000) });
+    await window.db.doc('live/a').set({ v: 1, filler: 'y'.repeat(6000) });
+    await window.db.doc('live/b').set({ v: 2, filler: 'y'.repeat(6000) });
+    window.seen = { doc: null, live: [] };
+    window.db.doc('held/watched').onSnapshot((s) => { window.seen.doc = s.exists ? s.data().v : null; });
+    window.db.collection('live').onSnapshot((s) => { window.seen.live = s.docs.map((d) => d.data().v); });
+  }, relay.url);
+  await p.waitForFunction(() => window.seen.live.length === 2 && window.seen.doc === 'w');
+  // About 1.9 MB of documents, each acknowledged, so none stays pending. The oldest is
+  // read early on, and so held as recently read.
+  await writeBulk(p, 50, 6000);
+  await p.evaluate(async () => { await window.db.doc('bulk/b0000').get({ source: 'cache' }); });
+  await writeBulk(p, 300, 6000, 50);
+  // Writes push the estimate over the budget; the collection runs in the background.
+  let bytes = Infinity;
+  for (let i = 0; i < 100 && bytes > MiB; i++) {
+    bytes = await p.evaluate(() => window.db.cacheSizeBytes());
+    if (bytes > MiB) await new Promise((r) => setTimeout(r, 100));
+  }
+  // Down to 75 % of the budget.
+  assert.ok(bytes <= 0.75 * MiB, `${bytes} bytes cached`);
+  const cached = await cachedBulk(p);
+  assert.ok(cached.length < 300 && cached.length > 10, `${cached.length} documents cached`);
+  // The recently read document is held; apart from it, the oldest went first.
+  assert.ok(cached.includes(0), 'the recently read document stays');
+  const rest = cached.filter((n) => n !== 0).sort((a, b) => a - b);
+  const oldestKept = rest[0];
+  const batchOf = (n) => Math.floor(n / 50);
+  for (let n = 1; n < 300; n++) {
+    if (batchOf(n) > batchOf(oldestKept)) assert.ok(cached.includes(n), `b${n} is newer than a kept one`);
+  }
+  // Held documents are in the cache, listeners keep their results and stay live.
+  const held = await p.evaluate(async () => {
+    const w = await window.db.doc('held/watched').get({ source: 'cache' });
+    const live = await window.db.collection('live').get({ source: 'cache' });
+    return { watched: w.exists, live: live.size };
+  });
+  assert.deepEqual(held, { watched: true, live: 2 });
+  await p.evaluate(() => window.db.doc('live/c').set({ v: 3 }));
+  await p.waitForFunction(() => window.seen.live.length === 3);
+  // Nothing is lost: the relay has every document, and a read brings an evicted one back.
+  const server = await p.evaluate(async () => {
+    const all = await window.db.collection('bulk').get({ source: 'server' });
+    const one = await window.db.doc('bulk/b0001').get();
+    return { size: all.size, one: one.exists && one.data().n };
+  });
+  assert.deepEqual(server, { size: 300, one: 1 });
+  await p.evaluate(() => window.db.close());
+  await p.close();
+});
+
+test('without a relay nothing is evicted, and cacheSizeBytes is checked', { timeout: 90000 }, async () => {
+  const p = await page();
+  const bad = await p.evaluate(async () => {
+    const { Hearth } = window.hearth;
+    const codes = [];
+    for (const cacheSizeBytes of [1000, 1.5 * 1024 * 1024 + 0.5, 'big', -2]) {
+      try {
+        await Hearth.open({ name: 'cache-bad', cacheSizeBytes });
+        codes.push('opened');
+      } catch (e) {
+        codes.push(e.code);
+      }
+    }
+    const unlimited = await Hearth.open({ name: 'cache-unlimited', cacheSizeBytes: Hearth.CACHE_SIZE_UNLIMITED });
+    unlimited.close();
+    window.db = await Hearth.open({ name: 'cache-local', cacheSizeBytes: 1024 * 1024 });
+    return codes;
+  });
+  assert.deepEqual(bad, ['invalid-argument', 'invalid-argument', 'invalid-argument', 'invalid-argument']);
+  await writeBulk(p, 300, 6000);
+  await new Promise((r) => setTimeout(r, 2000));
+  assert.ok(await p.evaluate(() => window.db.cacheSizeBytes()) > 300 * 6000);
+  assert.equal((await cachedBulk(p)).length, 300);
+  await p.evaluate(() => window.db.close());
+  await p.close();
+});

@@ -1,0 +1,219 @@
+//! The cache budget: when the documents a database caches take more than its budget, the
+//! least recently written ones that nothing holds are evicted.
+//!
+//! - **Budget**: `Hearth.open({ cacheSizeBytes })`, default [`DEFAULT_BUDGET`] (40 MiB), at
+//!   least [`MIN_BUDGET`], or `-1` for no limit. Only a database with a relay evicts: without
+//!   one the local copy is the database, and nothing in it can be fetched again.
+//! - **Size** of a document: its key, encoded bytes and index entry keys, as stored.
+//! - **Held** (never evicted): documents in any listener's current result or watched by a
+//!   document listener, documents with a pending write (from the `mutations` store, so other
+//!   tabs' pending writes too), and the last [`RECENT`] documents a read of this tab returned.
+//! - **Order**: oldest last write first (`t` in the record: a local write, or a server
+//!   version arriving). Reads do not rewrite records; recently read documents are held
+//!   instead.
+//! - **When**: writes add the bytes they store to an estimate (never subtracting, so it
+//!   only overestimates); once it passes the budget, or shortly after open, a collection
+//!   walks the store for the exact size. Above [`START`] of the budget it evicts down to
+//!   [`TARGET`], so a collection is followed by at least 15 % of the budget in writes before
+//!   the next. The walk and the deletions hold the engine's write lock.
+//! - **Resume points**: a target's stored resume version promises the cache holds its
+//!   result; after an eviction the sync layer drops the stored resume versions of targets
+//!   not being listened to, so they are fetched whole next time.
+//! - **Tabs**: another tab's listeners hold documents this tab cannot see, so a tab only
+//!   collects while it is the only one with the database open (a shared Web Lock per open
+//!   database, counted with `navigator.locks.query()`); otherwise collection waits for a
+//!   later trigger. Where Web Locks are missing, collection proceeds.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashSet, VecDeque};
+use std::rc::Rc;
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+use crate::core::path::DocumentName;
+
+/// The default budget: 40 MiB.
+pub const DEFAULT_BUDGET: u64 = 40 * 1024 * 1024;
+/// The smallest budget accepted: 1 MiB.
+pub const MIN_BUDGET: u64 = 1024 * 1024;
+/// How many recently read documents are held.
+pub const RECENT: usize = 2000;
+/// A collection evicts only above this share of the budget...
+pub const START: f64 = 0.9;
+/// ...and then down to this share.
+pub const TARGET: f64 = 0.75;
+
+/// The budget and the bookkeeping between collections.
+pub struct Cache {
+    /// `None`: no limit (or no relay).
+    budget: Option<u64>,
+    /// Bytes stored, an overestimate: the last exact size plus every write since.
+    estimate: Cell<u64>,
+    /// Whether the estimate has been measured since open.
+    measured: Cell<bool>,
+    recent: RefCell<VecDeque<DocumentName>>,
+    running: Cell<bool>,
+}
+
+impl Cache {
+    pub fn new(budget: Option<u64>) -> Cache {
+        Cache {
+            budget,
+            estimate: Cell::new(0),
+            measured: Cell::new(false),
+            recent: RefCell::new(VecDeque::new()),
+            running: Cell::new(false),
+        }
+    }
+
+    pub fn budget(&self) -> Option<u64> {
+        self.budget
+    }
+
+    /// Counts `bytes` just written; true when a collection is due.
+    pub fn wrote(&self, bytes: u64) -> bool {
+        let Some(budget) = self.budget else {
+            return false;
+        };
+        self.estimate.set(self.estimate.get().saturating_add(bytes));
+        self.estimate.get() > budget || !self.measured.get()
+    }
+
+    /// Remembers documents a read returned (they are held while recent).
+    pub fn read<'a>(&self, names: impl IntoIterator<Item = &'a DocumentName>) {
+        if self.budget.is_none() {
+            return;
+        }
+        let mut recent = self.recent.borrow_mut();
+        for n in names {
+            recent.push_back(n.clone());
+        }
+        while recent.len() > RECENT {
+            recent.pop_front();
+        }
+    }
+
+    pub fn recent(&self) -> Vec<DocumentName> {
+        self.recent.borrow().iter().cloned().collect()
+    }
+
+    /// Marks a collection as running; false if one already is.
+    pub fn begin(&self) -> bool {
+        !self.running.replace(true)
+    }
+
+    pub fn end(&self, exact: Option<u64>) {
+        if let Some(bytes) = exact {
+            self.estimate.set(bytes);
+            self.measured.set(true);
+        }
+        self.running.set(false);
+    }
+}
+
+/// The documents to evict: the oldest-written of `usage` (key, bytes, last write) that are
+/// not `held`, until the total is at most `target`. Returns them and the total after.
+pub fn victims(
+    mut usage: Vec<(Vec<u8>, u64, f64)>,
+    held: &HashSet<Vec<u8>>,
+    target: u64,
+) -> (Vec<Vec<u8>>, u64) {
+    let mut total: u64 = usage.iter().map(|u| u.1).sum();
+    usage.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+    let mut out = Vec::new();
+    for (key, size, _) in usage {
+        if total <= target {
+            break;
+        }
+        if held.contains(&key) {
+            continue;
+        }
+        total -= size;
+        out.push(key);
+    }
+    (out, total)
+}
+
+/// The Web Lock each open database holds (shared) while it is open.
+fn lock_name(database: &str) -> String {
+    format!("hearth:open:{database}")
+}
+
+/// `navigator.locks`, where the context has it.
+fn locks() -> Option<JsValue> {
+    let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).ok()?;
+    let locks = Reflect::get(&navigator, &"locks".into()).ok()?;
+    (!locks.is_undefined() && !locks.is_null()).then_some(locks)
+}
+
+/// Holds the shared "open" lock of `database` until the returned function is called.
+pub fn hold_open_lock(database: &str) -> Option<Function> {
+    let locks = locks()?;
+    let request: Function = Reflect::get(&locks, &"request".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let release: Rc<RefCell<Option<Function>>> = Rc::default();
+    let slot = release.clone();
+    // The lock is held until the promise the callback returns settles.
+    let callback = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
+        Promise::new(&mut |resolve, _| *slot.borrow_mut() = Some(resolve)).into()
+    });
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"mode".into(), &"shared".into()).ok()?;
+    let granted = request
+        .call3(&locks, &lock_name(database).into(), &options, &callback)
+        .ok()?;
+    // A request that fails (e.g. the context goes away) is nothing to report.
+    if let Ok(catch) =
+        Reflect::get(&granted, &"catch".into()).and_then(|c| c.dyn_into::<Function>())
+    {
+        let ignore = Closure::once_into_js(|_: JsValue| {});
+        let _ = catch.call1(&granted, &ignore);
+    }
+    let release_now = Closure::once_into_js(move || {
+        if let Some(resolve) = release.borrow_mut().take() {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+    });
+    Some(release_now.unchecked_into())
+}
+
+/// Whether this context is the only one holding `database` open. True where Web Locks are
+/// missing (nothing to count with).
+pub async fn alone(database: &str) -> bool {
+    let Some(locks) = locks() else {
+        return true;
+    };
+    let Some(query) = Reflect::get(&locks, &"query".into())
+        .ok()
+        .and_then(|q| q.dyn_into::<Function>().ok())
+    else {
+        return true;
+    };
+    let Ok(promise) = query.call0(&locks).and_then(|p| p.dyn_into::<Promise>()) else {
+        return true;
+    };
+    let Ok(snapshot) = JsFuture::from(promise).await else {
+        return true;
+    };
+    let name = lock_name(database);
+    let held = Reflect::get(&snapshot, &"held".into())
+        .ok()
+        .map(|a| js_sys::Array::from(&a))
+        .map(|a| {
+            a.iter()
+                .filter(|l| {
+                    Reflect::get(l, &"name".into())
+                        .ok()
+                        .and_then(|n| n.as_string())
+                        .is_some_and(|n| n == name)
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    held <= 1
+}
