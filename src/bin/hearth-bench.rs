@@ -983,6 +983,11 @@ struct ListenResult {
     /// (seq, latency µs) of every new value seen.
     seen: Vec<(u64, u64)>,
     last_seq: u64,
+    /// Lean listeners: (snapshot version, receipt time µs) of every notification; mapped to
+    /// the write committed at that version (its seq and send time) after the run.
+    at_version: Vec<(u64, u64)>,
+    /// Lean listeners that decode the document: (snapshot version, seq in the document).
+    checked: Vec<(u64, u64)>,
     error: Option<String>,
     /// The listener (or lean connection), kept open until the measurement is over: closing
     /// thousands of them would land on the relay while the last write is still being
@@ -1116,19 +1121,22 @@ impl LeanListener {
         .await
     }
 
-    /// The next message from the relay.
+    /// The next message from the relay, decoded.
     async fn next(&mut self) -> Result<hearth::core::protocol::ServerMessage> {
         use hearth::core::protocol::codec::decode_server;
+        let (start, end) = self.next_frame().await?;
+        decode_server(&self.buf[start..end]).map_err(|e| anyhow!("undecodable frame: {e}"))
+    }
+
+    /// The next binary message from the relay: its range in `buf`, valid until the next call.
+    async fn next_frame(&mut self) -> Result<(usize, usize)> {
         use tokio::io::AsyncReadExt;
         loop {
             if let Some((op, start, end)) = ws_server_frame(&self.buf[self.pos..])? {
                 let (start, end) = (self.pos + start, self.pos + end);
                 self.pos = end;
                 match op {
-                    0x2 => {
-                        return decode_server(&self.buf[start..end])
-                            .map_err(|e| anyhow!("undecodable frame: {e}"))
-                    }
+                    0x2 => return Ok((start, end)),
                     0x8 => bail!("the relay closed the connection"),
                     0x9 | 0xA => continue,
                     op => bail!("unexpected WebSocket opcode {op}"),
@@ -1148,62 +1156,103 @@ impl LeanListener {
     }
 }
 
-/// Receives notifications until `writes` values were seen (or stop, or an error).
+/// Type bytes of the relay messages the lean listener looks at (docs/protocol.md §4.2).
+const TARGET_CHANGE: u8 = 0x86;
+
+/// One in this many lean listeners decodes the listened document in every change and
+/// checks it against the write committed at the snapshot's version.
+const CHECK_EVERY: usize = 50;
+
+/// Receives `writes` notifications (or until stop, or an error). A notification is a
+/// `TargetChange` for the listened target followed by its `Snapshot { version }`; the time
+/// is taken when the snapshot has been read. Snapshots are decoded with the protocol codec;
+/// of a `TargetChange`, only the type byte and target id are read, except on the listeners
+/// that `check` (every `CHECK_EVERY`th), which decode it in full and record the document's
+/// `seq`, so the run can verify that each version carried the write committed at it.
 async fn lean_listen_loop(
     mut l: LeanListener,
     name: DocumentName,
     writes: u64,
+    check: bool,
     ready: Arc<AtomicUsize>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> ListenResult {
+    use hearth::core::protocol::codec::decode_server;
     use hearth::core::protocol::{DocumentChange, ServerMessage};
     let mut r = ListenResult {
-        seen: Vec::with_capacity(writes as usize),
+        seen: Vec::new(),
         last_seq: 0,
+        at_version: Vec::with_capacity(writes as usize),
+        checked: Vec::new(),
         error: None,
         _keep: None,
     };
+    let stopped = async move {
+        let _ = stop.changed().await;
+    };
+    tokio::pin!(stopped);
     let mut first = true;
-    // (seq, sent) of the listened document in the changes since the last snapshot.
-    let mut changed: Option<(u64, u64)> = None;
+    // A change to the target arrived since the last snapshot (and the document's seq, when
+    // checked).
+    let mut changed = false;
+    let mut seq = None;
     loop {
-        let msg = tokio::select! {
-            m = l.next() => m,
-            _ = stop.changed() => break,
+        let frame = tokio::select! {
+            biased;
+            f = l.next_frame() => f,
+            _ = &mut stopped => break,
         };
-        match msg {
+        let (start, end) = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                r.error = Some(e.to_string());
+                break;
+            }
+        };
+        let payload = &l.buf[start..end];
+        if !check && payload.first() == Some(&TARGET_CHANGE) {
+            // The target id, a varint: this listener's only target is 1.
+            if payload.get(1) != Some(&1) {
+                r.error = Some(format!("a change for another target: {payload:02x?}"));
+                break;
+            }
+            changed = true;
+            continue;
+        }
+        match decode_server(payload) {
             Ok(ServerMessage::TargetChange {
                 target_id: 1,
                 changes,
                 ..
             }) => {
+                changed = true;
                 for c in changes {
                     if let DocumentChange::Upsert(d) = c {
                         if d.name == name {
-                            let get = |f: &str| match d.fields.get(f) {
-                                Some(Value::Integer(i)) => *i as u64,
-                                _ => 0,
-                            };
-                            changed = Some((get("seq"), get("sent_us")));
+                            if let Some(Value::Integer(i)) = d.fields.get("seq") {
+                                seq = Some(*i as u64);
+                            }
                         }
                     }
                 }
             }
-            Ok(ServerMessage::Snapshot { .. }) => {
+            Ok(ServerMessage::Snapshot { version }) => {
                 let now = now_us();
                 if first {
+                    // The initial result.
                     first = false;
+                    changed = false;
+                    seq = None;
                     ready.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
-                if let Some((seq, sent)) = changed.take() {
-                    if seq > r.last_seq {
-                        if sent > 0 {
-                            r.seen.push((seq, now.saturating_sub(sent)));
-                        }
-                        r.last_seq = seq;
+                if std::mem::take(&mut changed) {
+                    r.at_version.push((version, now));
+                    if let Some(s) = seq.take() {
+                        r.checked.push((version, s));
                     }
                 }
-                if r.last_seq >= writes {
+                if r.at_version.len() as u64 >= writes {
                     break;
                 }
             }
@@ -1211,9 +1260,13 @@ async fn lean_listen_loop(
                 r.error = Some(format!("{}: {message}", code.as_str()));
                 break;
             }
-            Ok(_) => {}
+            Ok(ServerMessage::Heartbeat { .. }) => {}
+            Ok(other) => {
+                r.error = Some(format!("unexpected message {other:?}"));
+                break;
+            }
             Err(e) => {
-                r.error = Some(e.to_string());
+                r.error = Some(format!("undecodable frame: {e}"));
                 break;
             }
         }
@@ -1352,12 +1405,13 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
     let writes = a.writes;
     let t1 = Instant::now();
     let mut set = JoinSet::new();
-    for mut l in lean {
+    for (i, mut l) in lean.into_iter().enumerate() {
         l.listen(1, &query).await?;
         set.spawn(lean_listen_loop(
             l,
             name.clone(),
             writes,
+            i % CHECK_EVERY == 0,
             ready.clone(),
             stop_rx.clone(),
         ));
@@ -1372,6 +1426,8 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
             let mut r = ListenResult {
                 seen: Vec::with_capacity(writes as usize),
                 last_seq: 0,
+                at_version: Vec::new(),
+                checked: Vec::new(),
                 error: None,
                 _keep: None,
             };
@@ -1434,6 +1490,8 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
     let mut acks = Vec::new();
     // seq -> (sent, acknowledged), µs on the process clock.
     let mut ack_at: HashMap<u64, (u64, u64)> = HashMap::new();
+    // commit version -> (seq, sent) of each acknowledged write.
+    let mut by_version: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut write_errors = 0u64;
     let start = Instant::now();
     for seq in 1..=writes {
@@ -1444,10 +1502,11 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
             .write(vec![Mutation::set(name.clone(), doc_fields(seq, sent))])
             .await
         {
-            Ok(_) => {
+            Ok(version) => {
                 let now = now_us();
                 acks.push(now - sent);
                 ack_at.insert(seq, (sent, now));
+                by_version.insert(version, (seq, sent));
             }
             Err(e) => {
                 write_errors += 1;
@@ -1479,6 +1538,26 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
     let mut before_ack = 0u64;
     let mut listen_errors = 0;
     let mut first_error = None;
+    // Lean listeners saw versions: each must be the version of an acknowledged write, and
+    // (where the document was decoded) carry that write's seq.
+    let (mut unknown_versions, mut checked, mut check_mismatches) = (0u64, 0u64, 0u64);
+    for r in &mut results {
+        for &(version, at) in &r.at_version {
+            match by_version.get(&version) {
+                Some(&(seq, sent)) if seq > r.last_seq => {
+                    r.seen.push((seq, at.saturating_sub(sent)));
+                    r.last_seq = seq;
+                }
+                _ => unknown_versions += 1,
+            }
+        }
+        for &(version, seq) in &r.checked {
+            checked += 1;
+            if by_version.get(&version).map(|&(s, _)| s) != Some(seq) {
+                check_mismatches += 1;
+            }
+        }
+    }
     for r in &results {
         for &(seq, lat) in &r.seen {
             all.push(lat);
@@ -1551,6 +1630,7 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
             "per_write_seq_p50_max_ms": per_write_ms,
             "notified_before_ack": before_ack,
             "missed": expected - delivered.min(expected),
+            "lean_check": {"unknown_versions": unknown_versions, "documents_checked": checked, "mismatches": check_mismatches},
             "expected": expected,
             "listen_errors": listen_errors,
             "first_error": first_error,

@@ -669,7 +669,9 @@ async fn writer(
     let heartbeat = relay.config.heartbeat;
     let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_sent = Instant::now();
+    // Whether anything went out since the last tick: a heartbeat goes out on a tick that
+    // finds the connection silent for a whole interval (no clock read per flush).
+    let mut sent_since_tick = true;
     let overflow = out.overflow();
     tokio::pin!(overflow);
     // Made once: a fresh `changed()` per wake-up would register with the channel each time.
@@ -720,7 +722,7 @@ async fn writer(
                 if res.is_err() {
                     break;
                 }
-                last_sent = Instant::now();
+                sent_since_tick = true;
             }
             _ = &mut closed => {
                 // Flush what is queued, then close.
@@ -736,13 +738,12 @@ async fn writer(
                 break;
             }
             _ = tick.tick() => {
-                if last_sent.elapsed() >= heartbeat {
+                if !std::mem::take(&mut sent_since_tick) {
                     let version = db.fanout.published.load(Ordering::Acquire);
                     let hb = encode_server(&ServerMessage::Heartbeat { version, nonce: 0 });
                     if sink.send(Message::Binary(Bytes::from(hb))).await.is_err() {
                         break;
                     }
-                    last_sent = Instant::now();
                 }
             }
         }

@@ -805,3 +805,94 @@ async fn an_offset_listen_sees_changes_before_its_window() {
         ),
     }
 }
+
+/// Unlisten and connection close remove exactly their own targets (each target knows its
+/// place in its group's subscriber list, and the list is compacted by swapping): after
+/// random churn of listens, unlistens and closed connections over one shared query and one
+/// other, every live listener still sees each write at its version, and the active-listens
+/// gauge counts exactly the live targets.
+#[tokio::test]
+async fn churn_of_listens_and_connections_leaves_the_other_listeners_intact() {
+    let relay = Relay::fresh(&[]);
+    let db = "churn";
+    let w = relay.client(db).await;
+    let mut rng = Rng::from_env("churn_of_listens");
+    let queries = [
+        Query::collection(coll("churn")),
+        Query::collection(coll("churn")).where_("v", Op::GreaterThanOrEqual, int(0)),
+    ];
+    let mut clients: Vec<Option<Client>> = Vec::new();
+    for _ in 0..6 {
+        clients.push(Some(relay.client(db).await));
+    }
+    // (client index, listener)
+    let mut live: Vec<(usize, Listener)> = Vec::new();
+    let mut value = 0;
+    for round in 0..15 {
+        for _ in 0..5 {
+            match rng.below(10) {
+                0..=4 => {
+                    let open: Vec<usize> = (0..clients.len())
+                        .filter(|i| clients[*i].is_some())
+                        .collect();
+                    if open.is_empty() {
+                        continue;
+                    }
+                    let ci = open[rng.below(open.len() as u64) as usize];
+                    let q = &queries[rng.below(2) as usize];
+                    let c = clients[ci].as_ref().expect("open");
+                    let mut l = within(c.listen(q, None)).await.unwrap();
+                    let first = within(l.next()).await.unwrap();
+                    let seen: Vec<Option<&Value>> =
+                        first.documents.iter().map(|d| d.fields.get("v")).collect();
+                    if value == 0 {
+                        assert!(seen.is_empty(), "round {round}: {seen:?}");
+                    } else {
+                        assert_eq!(seen, vec![Some(&int(value))], "round {round}");
+                    }
+                    live.push((ci, l));
+                }
+                5..=7 => {
+                    if !live.is_empty() {
+                        let i = rng.below(live.len() as u64) as usize;
+                        live.swap_remove(i).1.stop().await;
+                    }
+                }
+                8 => {
+                    let ci = rng.below(clients.len() as u64) as usize;
+                    if let Some(c) = clients[ci].take() {
+                        live.retain(|(owner, _)| *owner != ci);
+                        within(c.close()).await;
+                    }
+                }
+                _ => clients.push(Some(relay.client(db).await)),
+            }
+        }
+        value += 1;
+        let v = within(w.write(vec![Mutation::set(
+            name("churn/doc"),
+            map([("v", int(value))]),
+        )]))
+        .await
+        .unwrap();
+        for (ci, l) in &mut live {
+            let snap = within(l.next()).await.unwrap();
+            assert_eq!(snap.version, v, "round {round}, client {ci}");
+            let seen: Vec<Option<&Value>> =
+                snap.documents.iter().map(|d| d.fields.get("v")).collect();
+            assert_eq!(seen, vec![Some(&int(value))], "round {round}, client {ci}");
+        }
+        // Unlistens are handled asynchronously: wait for the gauge to settle.
+        let sample = format!("hearth_active_listens{{database=\"{db}\"}}");
+        let mut gauge = 0.0;
+        for _ in 0..200 {
+            let (_, text) = http_get(relay.addr, "/metrics").await;
+            gauge = metric(&text, &sample).unwrap_or(0.0);
+            if gauge == live.len() as f64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(gauge, live.len() as f64, "round {round}");
+    }
+}
