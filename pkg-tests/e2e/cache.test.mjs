@@ -1,5 +1,5 @@
-// End-to-end tests of the cache budget (`cacheSizeBytes`) in headless Chromium against a
-// real hearth-relay. Run: node --test pkg-tests/e2e/
+// End-to-end tests of the cache budget (`cacheSizeBytes`) and of a local commit the quota
+// refuses, in headless Chromium against a real hearth-relay. Run: node --test pkg-tests/e2e/
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startRelay, startServer, startBrowser } from './harness.mjs';
@@ -124,4 +124,46 @@ test('without a relay nothing is evicted, and cacheSizeBytes is checked', { time
   assert.equal((await cachedBulk(p)).length, 300);
   await p.evaluate(() => window.db.close());
   await p.close();
+});
+
+test('a write the local database cannot store rejects, listeners go back, and earlier data stays', { timeout: 90000 }, async () => {
+  // An origin of its own: Chromium applies a quota override to a storage bucket opened after it.
+  const own = await startServer();
+  const p = await browser.page(`${own.origin}/pkg-tests/e2e/page.html`);
+  // A small quota (Chromium's DevTools protocol): small writes fit, a document near the
+  // 1 MiB limit does not.
+  const cdp = await p.context().newCDPSession(p);
+  await cdp.send('Storage.overrideQuotaForOrigin', { origin: own.origin, quotaSize: 64 * 1024 });
+  await p.evaluate(async () => {
+    const { Hearth } = window.hearth;
+    window.db = await Hearth.open({ name: 'quota' });
+    await window.db.doc('q/kept').set({ v: 'kept' });
+    window.sizes = [];
+    window.db.collection('q').onSnapshot((s) => window.sizes.push(s.size));
+  });
+  await p.waitForFunction(() => window.sizes.length === 1);
+  const failed = await p.evaluate(async () => {
+    const batch = window.db.batch();
+    for (let i = 0; i < 20; i++) batch.set(window.db.doc(`q/big${i}`), { filler: 'z'.repeat(i === 0 ? 900000 : 100) });
+    try {
+      await batch.commit();
+      return 'stored';
+    } catch (e) {
+      return e.code;
+    }
+  });
+  assert.equal(failed, 'resource-exhausted');
+  await p.waitForFunction(() => window.sizes[window.sizes.length - 1] === 1);
+  await cdp.send('Storage.overrideQuotaForOrigin', { origin: own.origin });
+  const after = await p.evaluate(async () => {
+    const snap = await window.db.collection('q').get({ source: 'cache' });
+    return { size: snap.size, v: snap.docs[0].data().v, seen: window.sizes };
+  });
+  assert.equal(after.size, 1);
+  assert.equal(after.v, 'kept');
+  // Listeners saw the write at once (21 documents), then went back to 1.
+  assert.deepEqual(after.seen, [1, 21, 1]);
+  await p.evaluate(() => window.db.close());
+  await p.close();
+  await own.stop();
 });
