@@ -21,6 +21,7 @@ use super::idb_store::{Key, Store, WriteOp};
 use crate::core::document::Document;
 use crate::core::path::DocumentName;
 use crate::core::protocol::codec::{decode_server, encode_client, encode_query};
+use crate::core::protocol::ErrorCode;
 use crate::core::protocol::{
     ClientMessage, DocumentChange, ServerMessage, TargetChangeKind, PROTOCOL_VERSION,
 };
@@ -73,6 +74,8 @@ pub struct Sync {
     /// Event handlers of the current socket, dropped with it.
     handlers: RefCell<Vec<Closure<dyn FnMut(JsValue)>>>,
     timer: RefCell<Option<(Closure<dyn FnMut()>, f64)>>,
+    /// The timer that refreshes the token before it expires (with a token callback).
+    auth_timer: RefCell<Option<(Closure<dyn FnMut()>, f64)>>,
     open: Cell<bool>,
     enabled: Cell<bool>,
     closed: Cell<bool>,
@@ -115,6 +118,7 @@ impl Sync {
             ws: RefCell::new(None),
             handlers: RefCell::new(Vec::new()),
             timer: RefCell::new(None),
+            auth_timer: RefCell::new(None),
             open: Cell::new(false),
             enabled: Cell::new(true),
             closed: Cell::new(false),
@@ -324,6 +328,9 @@ impl Sync {
             let _ = ws.close();
         }
         self.handlers.borrow_mut().clear();
+        if let Some((_, id)) = self.auth_timer.borrow_mut().take() {
+            clear_timeout(id);
+        }
         let was_open = self.open.replace(false);
         for (_, reply) in self.replies.borrow_mut().drain() {
             reply(Err(ClientError::new(
@@ -366,20 +373,66 @@ impl Sync {
         }
     }
 
-    async fn on_open(self: Rc<Self>) {
-        if let Some(p) = &self.token_provider {
-            if let Ok(v) = p.call0(&JsValue::NULL) {
-                let v = match v.dyn_into::<js_sys::Promise>() {
-                    Ok(p) => wasm_bindgen_futures::JsFuture::from(p)
-                        .await
-                        .unwrap_or(JsValue::NULL),
-                    Err(v) => v,
-                };
-                if let Some(t) = v.as_string() {
-                    *self.token.borrow_mut() = t;
-                }
+    /// Asks the token callback (if any) for a fresh token; true when it gave one.
+    async fn refresh_token(&self) -> bool {
+        let Some(p) = &self.token_provider else {
+            return false;
+        };
+        let Ok(v) = p.call0(&JsValue::NULL) else {
+            return false;
+        };
+        let v = match v.dyn_into::<js_sys::Promise>() {
+            Ok(p) => wasm_bindgen_futures::JsFuture::from(p)
+                .await
+                .unwrap_or(JsValue::NULL),
+            Err(v) => v,
+        };
+        match v.as_string() {
+            Some(t) => {
+                *self.token.borrow_mut() = t;
+                true
             }
+            None => false,
         }
+    }
+
+    /// With a token callback and a token that expires (a JWT's `exp`), refreshes it shortly
+    /// before then and sends it to the relay (`Auth`), again for each new token.
+    fn schedule_token_refresh(self: &Rc<Self>) {
+        if let Some((_, id)) = self.auth_timer.borrow_mut().take() {
+            clear_timeout(id);
+        }
+        if self.token_provider.is_none() {
+            return;
+        }
+        let Some(exp_ms) = jwt_expiry_ms(&self.token.borrow()) else {
+            return;
+        };
+        let left = exp_ms - js_sys::Date::now();
+        // 30 s ahead, or a quarter of what is left for short-lived tokens.
+        let delay = if left > 120_000.0 {
+            left - 30_000.0
+        } else {
+            (left * 0.75).max(500.0)
+        };
+        let w = Rc::downgrade(self);
+        let f = Closure::<dyn FnMut()>::new(move || {
+            let Some(s) = w.upgrade() else { return };
+            wasm_bindgen_futures::spawn_local(async move {
+                if s.refresh_token().await && s.open.get() {
+                    let token = s.token.borrow().clone();
+                    s.send(&ClientMessage::Auth { token });
+                    s.schedule_token_refresh();
+                }
+            });
+        });
+        if let Some(id) = set_timeout(f.as_ref().unchecked_ref(), delay) {
+            *self.auth_timer.borrow_mut() = Some((f, id));
+        }
+    }
+
+    async fn on_open(self: Rc<Self>) {
+        self.refresh_token().await;
         let Some(engine) = self.engine() else { return };
         let bytes = encode_client(&ClientMessage::Hello {
             protocol_version: PROTOCOL_VERSION,
@@ -402,6 +455,7 @@ impl Sync {
                 self.open.set(true);
                 self.backoff_ms.set(250.0);
                 self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
+                self.schedule_token_refresh();
                 wasm_bindgen_futures::spawn_local(async move {
                     let Some(engine) = self.engine() else { return };
                     let _ = engine.set_indexes(indexes).await;
@@ -470,6 +524,15 @@ impl Sync {
                 message,
             } => {
                 let err = ClientError::new(code.as_str(), message);
+                if code == ErrorCode::Unauthenticated && self.token_provider.is_some() {
+                    // The token expired or was refused: reconnect with a fresh one from the
+                    // callback. Queued writes are sent again and listens resumed; reads in
+                    // flight fail with `unavailable`.
+                    self.writes.borrow_mut().remove(&request_id);
+                    self.backoff_ms.set(250.0);
+                    self.drop_socket();
+                    return;
+                }
                 if request_id != 0 {
                     if let Some(batch) = self.writes.borrow_mut().remove(&request_id) {
                         if let Some(engine) = self.engine() {
@@ -727,7 +790,34 @@ impl Sync {
         if let Some((_, id)) = self.timer.borrow_mut().take() {
             clear_timeout(id);
         }
+        if let Some((_, id)) = self.auth_timer.borrow_mut().take() {
+            clear_timeout(id);
+        }
     }
+}
+
+/// When a JWT expires (its `exp`, in ms since the epoch); `None` for anything else.
+fn jwt_expiry_ms(token: &str) -> Option<f64> {
+    let payload = token.split('.').nth(1)?;
+    let mut b64: String = payload
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
+    while !b64.len().is_multiple_of(4) {
+        b64.push('=');
+    }
+    let atob: Function = Reflect::get(&js_sys::global(), &"atob".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let json = atob.call1(&JsValue::NULL, &b64.into()).ok()?.as_string()?;
+    let claims = js_sys::JSON::parse(&json).ok()?;
+    let exp = Reflect::get(&claims, &"exp".into()).ok()?.as_f64()?;
+    Some(exp * 1000.0)
 }
 
 /// A one-shot channel for single-threaded futures.

@@ -1,0 +1,92 @@
+// End-to-end tests of auth token refresh against a real hearth-relay started with an HS256
+// secret: the token callback is asked again before a token expires, and after the relay
+// refuses one. Run: node --test pkg-tests/e2e/
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startRelay, startServer, startBrowser } from './harness.mjs';
+
+const SECRET = 'hearth-e2e-secret';
+let relay;
+let server;
+let browser;
+const page = () => browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
+
+before(async () => {
+  relay = await startRelay(['--auth-secret', SECRET]);
+  server = await startServer();
+  browser = await startBrowser();
+});
+
+after(async () => {
+  await browser?.stop();
+  await server?.stop();
+  await relay?.stop();
+});
+
+/** Installs window.jwt(claims): an HS256 token signed in the page with WebCrypto. */
+async function installSigner(p) {
+  await p.evaluate((secret) => {
+    const b64url = (bytes) => btoa(String.fromCharCode(...bytes))
+      .replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_');
+    const enc = (o) => b64url(new TextEncoder().encode(JSON.stringify(o)));
+    window.jwt = async (claims) => {
+      const unsigned = `${enc({ alg: 'HS256', typ: 'JWT' })}.${enc(claims)}`;
+      const key = await crypto.subtle.importKey('raw', new TextEncoder().encode(secret),
+        { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+      const sig = await crypto.subtle.sign('HMAC', key, new TextEncoder().encode(unsigned));
+      return `${unsigned}.${b64url(new Uint8Array(sig))}`;
+    };
+  }, SECRET);
+}
+
+test('a short-lived token is refreshed through the callback before it expires; writes and listens go on', { timeout: 60000 }, async () => {
+  const p = await page();
+  await installSigner(p);
+  await p.evaluate(async (url) => {
+    window.calls = 0;
+    const token = async () => {
+      window.calls += 1;
+      return window.jwt({ sub: 'u1', exp: Math.floor(Date.now() / 1000) + 3 });
+    };
+    window.db = await window.hearth.Hearth.open({ name: 'auth-refresh', relay: url, token });
+    window.seen = [];
+    window.db.collection('a').onSnapshot((s) => {
+      if (!s.metadata.hasPendingWrites) window.seen.push(s.size);
+    });
+    await window.db.doc('a/1').set({ v: 1 });
+  }, relay.url);
+  // Well past the first token's expiry: every write is acknowledged, the listener stays live.
+  for (let i = 2; i <= 4; i++) {
+    await new Promise((r) => setTimeout(r, 2500));
+    await p.evaluate((i) => window.db.doc(`a/${i}`).set({ v: i }), i);
+  }
+  await p.waitForFunction(() => window.seen[window.seen.length - 1] === 4);
+  const calls = await p.evaluate(() => window.calls);
+  assert.ok(calls >= 3, `the callback was asked ${calls} times`);
+  const server = await p.evaluate(async () => (await window.db.collection('a').get({ source: 'server' })).size);
+  assert.equal(server, 4);
+  await p.evaluate(() => window.db.close());
+  await p.close();
+});
+
+test('a token the relay refuses is replaced by asking the callback again; queued writes arrive', { timeout: 60000 }, async () => {
+  const p = await page();
+  await installSigner(p);
+  const result = await p.evaluate(async (url) => {
+    window.calls = 0;
+    const token = async () => {
+      window.calls += 1;
+      // The first token has already expired.
+      const exp = Math.floor(Date.now() / 1000) + (window.calls === 1 ? -10 : 600);
+      return window.jwt({ sub: 'u1', exp });
+    };
+    const db = await window.hearth.Hearth.open({ name: 'auth-refused', relay: url, token });
+    await db.doc('b/1').set({ v: 1 });
+    const snap = await db.doc('b/1').get({ source: 'server' });
+    db.close();
+    return { calls: window.calls, v: snap.data().v };
+  }, relay.url);
+  assert.equal(result.v, 1);
+  assert.ok(result.calls >= 2, `the callback was asked ${result.calls} times`);
+  await p.close();
+});
