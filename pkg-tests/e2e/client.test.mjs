@@ -223,6 +223,34 @@ test('the engine runs in a service worker and answers from the local database', 
   await p.close();
 });
 
+test('the engine runs in a dedicated worker: it writes, listens and syncs with a page', { timeout: 60000 }, async () => {
+  const p = await page();
+  await p.evaluate(async (relay) => {
+    window.fromWorker = [];
+    window.worker = new Worker('/pkg-tests/e2e/worker.js', { type: 'module' });
+    window.worker.onmessage = (e) => window.fromWorker.push(e.data);
+    window.worker.postMessage({ op: 'open', name: 'dedicated', relay });
+  }, relay.url);
+  await p.waitForFunction(() => window.fromWorker.some((m) => m.op === 'opened' || m.op === 'error'));
+  const opened = await p.evaluate(() => window.fromWorker.find((m) => m.op === 'opened' || m.op === 'error'));
+  assert.deepEqual(opened, { op: 'opened', global: 'undefined' });
+  // The worker writes; the page (same database, through the relay and the tab channel) sees it.
+  await open(p, 'dedicated');
+  await p.evaluate(() => {
+    window.pageSaw = [];
+    window.db.collection('w').onSnapshot((s) => window.pageSaw.push(s.docs.map((d) => d.id).sort().join()));
+    window.worker.postMessage({ op: 'set', path: 'w/fromWorker', data: { by: 'worker' } });
+  });
+  await p.waitForFunction(() => window.pageSaw.includes('fromWorker'));
+  // The page writes; the worker's listener sees it, acknowledged.
+  await p.evaluate(() => window.db.doc('w/fromPage').set({ by: 'page' }));
+  await p.waitForFunction(() => window.fromWorker.some((m) => m.op === 'snapshot'
+    && m.ids.join() === 'fromPage,fromWorker' && !m.pending));
+  assert.ok(!(await p.evaluate(() => window.fromWorker.some((m) => m.op === 'error'))));
+  await p.evaluate(() => { window.worker.terminate(); window.db.close(); });
+  await p.close();
+});
+
 test('the demo app adds an item and shows it at once', { timeout: 60000 }, async () => {
   const p = await browser.context.newPage();
   await p.goto(`${server.origin}/www/index.html`);
