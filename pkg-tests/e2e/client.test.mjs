@@ -191,6 +191,15 @@ test('a query no index serves fails locally with failed-precondition naming the 
   });
   assert.equal(err?.code, 'failed-precondition');
   assert.match(err.message, /"fieldPath": "symbol"/);
+  // A listen with select() is refused locally, as the relay refuses it.
+  const listen = await p.evaluate(() => {
+    try {
+      window.db.collection('instruments').select('symbol').onSnapshot(() => {});
+      return null;
+    } catch (e) { return { code: e.code, message: e.message }; }
+  });
+  assert.equal(listen?.code, 'invalid-argument');
+  assert.match(listen.message, /listens cannot use select\(\)/);
   await p.close();
 });
 

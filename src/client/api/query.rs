@@ -400,6 +400,7 @@ impl Query {
     }
 
     fn do_on_snapshot(&self, a: JsValue, b: JsValue, c: JsValue) -> Result<Function, JsValue> {
+        crate::core::query::validate::check_listenable(&self.query).map_err(ClientError::from)?;
         let obs = observer(a, b, c)?;
         let include = obs.include_metadata;
         let db = self.db.clone();

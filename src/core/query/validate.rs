@@ -251,6 +251,20 @@ fn validate_cursor(
     Ok(c)
 }
 
+/// Checks that a (validated) query can be listened to: a projected result cannot be kept in
+/// order as documents change, so real-time listens refuse `select()`, on the relay and in
+/// the client alike.
+pub fn check_listenable(q: &Query) -> Result<(), QueryError> {
+    if q.projection.is_some() {
+        return Err(QueryError::InvalidArgument(
+            "listens cannot use select(): a projected result cannot be kept in order as \
+             documents change; listen without select() or use a one-time query"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `q` and returns it with `documentId()` operands resolved to references.
 pub fn validate(q: &Query) -> Result<Query, QueryError> {
     let mut out = q.clone();
