@@ -6,7 +6,7 @@
 //! ```text
 //! socket ─► conn (decode, auth, dispatch) ─┬─ reads: store snapshot + core executor
 //!                                          ├─ writes: commit queue ─► committer thread ─► redb
-//!                                          └─ listens: fanout ◄── fan-out thread ◄──┘
+//!                                          └─ listens: fanout ◄── fan-out task ◄────┘
 //! ```
 
 pub mod auth;
@@ -111,7 +111,7 @@ pub enum RelayError {
 
 struct Sink {
     relay: std::sync::Weak<Relay>,
-    fanout_tx: std::sync::mpsc::Sender<(Vec<Committed>, Instant)>,
+    fanout_tx: tokio::sync::mpsc::UnboundedSender<(Vec<Committed>, Instant)>,
 }
 
 impl CommitSink for Sink {
@@ -140,7 +140,7 @@ impl CommitSink for Sink {
 
 impl Relay {
     /// Opens the store, backfills indexes whose definitions changed, and starts the
-    /// committer and fan-out threads.
+    /// committer thread and the fan-out task (so it must be called within a tokio runtime).
     pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
         let store = Arc::new(Store::open(&config.data_dir)?);
         let committer = Committer::new(config.max_inflight_writes);
@@ -180,7 +180,8 @@ impl Relay {
                 }),
             );
         }
-        let (fanout_tx, fanout_rx) = std::sync::mpsc::channel::<(Vec<Committed>, Instant)>();
+        let (fanout_tx, mut fanout_rx) =
+            tokio::sync::mpsc::unbounded_channel::<(Vec<Committed>, Instant)>();
         let sink = Sink {
             relay: Arc::downgrade(&relay),
             fanout_tx,
@@ -194,15 +195,16 @@ impl Relay {
             *relay.committer_thread.lock().expect("thread lock") = Some(handle);
         }
         {
+            // The fan-out runs on a runtime worker, one round at a time: the writer tasks it
+            // wakes go to that worker's own run queue (the other worker steals from it)
+            // instead of each wake-up taking the runtime's shared injection queue lock.
             let weak = Arc::downgrade(&relay);
-            std::thread::Builder::new()
-                .name("hearth-fanout".into())
-                .spawn(move || {
-                    while let Ok((round, committed_at)) = fanout_rx.recv() {
-                        let Some(relay) = weak.upgrade() else { return };
-                        relay.fan_out(round, committed_at);
-                    }
-                })?;
+            tokio::spawn(async move {
+                while let Some((round, committed_at)) = fanout_rx.recv().await {
+                    let Some(relay) = weak.upgrade() else { return };
+                    relay.fan_out(round, committed_at);
+                }
+            });
         }
         relay.ready.store(true, Ordering::Release);
         Ok(relay)
