@@ -250,11 +250,14 @@ test('the engine runs in a dedicated worker: it writes, listens and syncs with a
     window.db.collection('w').onSnapshot((s) => window.pageSaw.push(s.docs.map((d) => d.id).sort().join()));
     window.worker.postMessage({ op: 'set', path: 'w/fromWorker', data: { by: 'worker' } });
   });
-  await p.waitForFunction(() => window.pageSaw.includes('fromWorker'));
+  const state = () => p.evaluate(() => JSON.stringify({ worker: window.fromWorker, page: window.pageSaw }));
+  await p.waitForFunction(() => window.pageSaw.includes('fromWorker'), null, { timeout: 20000 })
+    .catch(async (e) => { throw new Error(`the page did not see the worker's write: ${await state()}`, { cause: e }); });
   // The page writes; the worker's listener sees it, acknowledged.
   await p.evaluate(() => window.db.doc('w/fromPage').set({ by: 'page' }));
   await p.waitForFunction(() => window.fromWorker.some((m) => m.op === 'snapshot'
-    && m.ids.join() === 'fromPage,fromWorker' && !m.pending));
+    && m.ids.join() === 'fromPage,fromWorker' && !m.pending), null, { timeout: 20000 })
+    .catch(async (e) => { throw new Error(`the worker did not see the page's write acknowledged: ${await state()}`, { cause: e }); });
   assert.ok(!(await p.evaluate(() => window.fromWorker.some((m) => m.op === 'error'))));
   await p.evaluate(() => { window.worker.terminate(); window.db.close(); });
   await p.close();

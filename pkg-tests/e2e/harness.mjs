@@ -59,7 +59,9 @@ export async function startServer() {
     }
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return { origin: `http://127.0.0.1:${server.address().port}`, stop: () => new Promise((r) => server.close(r)) };
+  // Browsers keep connections alive: close them, or close() waits for them.
+  return { origin: `http://127.0.0.1:${server.address().port}`,
+    stop: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }) };
 }
 
 /** Launches headless Chromium with a fresh profile (the flags TOOLCHAIN.md requires). */

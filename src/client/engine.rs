@@ -338,11 +338,10 @@ impl Engine {
             commit_time: Timestamp::from_micros(now_micros())
                 .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
         };
-        // (name, old local, new local); one read transaction serves the whole batch.
-        let read = self.store.read().await?;
-        // Every base document is requested at once (IndexedDB overlaps the reads).
-        // Without a relay, a plain overwrite or delete needs no base: the local copy is the
-        // database and no server base is kept. With one, the base is the rollback point.
+        // Every base document is requested at once (IndexedDB overlaps the reads), in one
+        // read transaction. Without a relay, a plain overwrite or delete needs no base: the
+        // local copy is the database and no server base is kept. With one, the base is the
+        // rollback point.
         let mut distinct: Vec<DocumentName> = Vec::new();
         let mut seen: HashSet<&DocumentName> = HashSet::new();
         for m in &batch.mutations {
@@ -351,18 +350,26 @@ impl Engine {
             }
         }
         drop(seen);
-        let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
+        let read = if distinct.is_empty() {
+            None
+        } else {
+            Some(self.store.read().await?)
+        };
         let mut bases: HashMap<DocumentName, Option<Document>> = HashMap::new();
-        let fetched = crate::core::kv::KvRead::get_many(&read, Table::Documents, &keys)
-            .await
-            .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
-        for (name, bytes) in distinct.into_iter().zip(fetched) {
-            let doc = bytes
-                .map(|b| {
-                    decode_document(&b).map_err(|e| ClientError::new("data-loss", e.to_string()))
-                })
-                .transpose()?;
-            bases.insert(name, doc);
+        if let Some(read) = &read {
+            let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
+            let fetched = crate::core::kv::KvRead::get_many(read, Table::Documents, &keys)
+                .await
+                .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
+            for (name, bytes) in distinct.into_iter().zip(fetched) {
+                let doc = bytes
+                    .map(|b| {
+                        decode_document(&b)
+                            .map_err(|e| ClientError::new("data-loss", e.to_string()))
+                    })
+                    .transpose()?;
+                bases.insert(name, doc);
+            }
         }
         let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
         let mut position: HashMap<DocumentName, usize> = HashMap::new();
@@ -396,7 +403,10 @@ impl Engine {
             .iter()
             .map(|&i| document_key(&touched[i].0))
             .collect();
-        let kept = read.get_many_remote(&base_keys).await?;
+        let kept = match &read {
+            Some(read) if !base_keys.is_empty() => read.get_many_remote(&base_keys).await?,
+            _ => Vec::new(),
+        };
         for ((&i, key), kept) in need_base.iter().zip(base_keys).zip(kept) {
             if kept.is_none() {
                 ops.push(WriteOp::Put {
@@ -441,13 +451,16 @@ impl Engine {
         if self.synced {
             self.queue.borrow_mut().push(batch.clone());
         }
+        // The next writer may go on: IndexedDB orders its reads after this transaction.
+        drop(guard);
         // Latency compensation: listeners see the write while IndexedDB commits it. Reads
         // they make now are ordered after the write's transaction, so they see it too.
         let changed: Vec<(DocumentName, Option<Document>)> =
             touched.into_iter().map(|(n, _, new)| (n, new)).collect();
         self.local_changed(&changed).await;
         if let Err(e) = in_flight.done().await {
-            // Nothing was stored: listeners go back to what is.
+            // Nothing was stored: listeners go back to what is (reads made now are ordered
+            // after any later write's transaction too).
             self.queue.borrow_mut().retain(|b| b.id != batch.id);
             let mut restored = Vec::with_capacity(changed.len());
             for (name, _) in changed {
@@ -455,11 +468,9 @@ impl Engine {
                     restored.push((name, doc));
                 }
             }
-            drop(guard);
             self.local_changed(&restored).await;
             return Err(e);
         }
-        drop(guard);
         self.wrote(written.get());
         Ok(batch)
     }
@@ -882,16 +893,29 @@ impl Engine {
             for (id, l) in ls.iter_mut() {
                 match &mut l.watched {
                     Watched::Query(view) => {
-                        let before = view.documents().to_vec();
+                        let relevant: Vec<&(DocumentName, Option<Document>)> = changed
+                            .iter()
+                            .filter(|(n, d)| view.affected_by(n, d.as_ref()))
+                            .collect();
+                        if relevant.is_empty() && !l.include_metadata {
+                            continue;
+                        }
+                        // One change: its own delta. Several: the delta of the whole.
+                        let before = (relevant.len() > 1).then(|| view.documents().to_vec());
                         let mut needs = false;
-                        for (name, doc) in changed {
-                            needs |= view.apply(name, doc.as_ref()).needs_refill;
+                        let mut changes = Vec::new();
+                        for (name, doc) in relevant {
+                            let update = view.apply(name, doc.as_ref());
+                            needs |= update.needs_refill;
+                            changes = update.changes;
                         }
                         if needs {
                             refill.push(*id);
                             continue;
                         }
-                        let changes = diff(&before, view.documents());
+                        if let Some(before) = before {
+                            changes = diff(&before, view.documents());
+                        }
                         let docs = view.documents().to_vec();
                         let pending: Vec<bool> = docs
                             .iter()

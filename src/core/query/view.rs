@@ -103,37 +103,65 @@ impl View {
                 needs_refill: in_source,
             };
         }
-        let mut docs = self.docs.clone();
-        if let Some(p) = self.position(name) {
-            docs.remove(p);
-        }
+        // The new result as a plan over the old one (no document is cloned but the new one).
+        let old_pos = self.position(name);
+        let mut plan: Vec<Slot> = (0..self.docs.len())
+            .filter(|&i| Some(i) != old_pos)
+            .map(Slot::Old)
+            .collect();
         if let Some(doc) = new.filter(|d| self.matcher.matches(d)) {
-            let p = docs.partition_point(|x| self.matcher.compare(x, doc) == Ordering::Less);
+            let p = plan.partition_point(|s| {
+                let x = match s {
+                    Slot::Old(i) => &self.docs[*i],
+                    Slot::New => doc,
+                };
+                self.matcher.compare(x, doc) == Ordering::Less
+            });
             let last_type = self.matcher.query.limit_type;
             // Past the known edge of an incomplete view, the document may sit behind others
             // the view has never seen.
             let beyond_edge = match last_type {
-                LimitType::First => p == docs.len(),
+                LimitType::First => p == plan.len(),
                 LimitType::Last => p == 0,
             };
             if self.complete || !beyond_edge {
-                docs.insert(p, doc.clone());
+                plan.insert(p, Slot::New);
             }
         }
         if let Some(n) = self.limit {
-            if docs.len() > n {
+            if plan.len() > n {
                 match self.matcher.query.limit_type {
-                    LimitType::First => docs.truncate(n),
+                    LimitType::First => plan.truncate(n),
                     LimitType::Last => {
-                        docs.drain(..docs.len() - n);
+                        plan.drain(..plan.len() - n);
                     }
                 }
                 self.complete = false;
             }
         }
-        let needs_refill = !self.complete && self.limit.is_some_and(|n| docs.len() < n);
-        let changes = diff(&self.docs, &docs);
-        self.docs = docs;
+        let needs_refill = !self.complete && self.limit.is_some_and(|n| plan.len() < n);
+        let changes = {
+            let old: Vec<&Document> = self.docs.iter().collect();
+            let after: Vec<&Document> = plan
+                .iter()
+                .map(|s| match s {
+                    Slot::Old(i) => &self.docs[*i],
+                    Slot::New => new.expect("a new slot has a document"),
+                })
+                .collect();
+            diff_refs(&old, &after)
+        };
+        let mut old: Vec<Option<Document>> = std::mem::take(&mut self.docs)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.docs = plan
+            .into_iter()
+            .map(|s| match s {
+                Slot::Old(i) => old[i].take().expect("each old document is placed once"),
+                Slot::New => new.expect("a new slot has a document").clone(),
+            })
+            .collect();
         ViewUpdate {
             changes,
             needs_refill,
@@ -149,12 +177,24 @@ impl View {
     }
 }
 
+/// A place in a view's next result: a document of the current one, or the changed one.
+enum Slot {
+    Old(usize),
+    New,
+}
+
 /// The `docChanges()` that turn `old` into `new` (both in query order).
 pub fn diff(old: &[Document], new: &[Document]) -> Vec<DocChange> {
+    let old: Vec<&Document> = old.iter().collect();
+    let new: Vec<&Document> = new.iter().collect();
+    diff_refs(&old, &new)
+}
+
+fn diff_refs(old: &[&Document], new: &[&Document]) -> Vec<DocChange> {
     let mut changes = Vec::new();
-    let mut current: Vec<&Document> = old.iter().collect();
+    let mut current: Vec<&Document> = old.to_vec();
     let in_new = |d: &Document| new.iter().any(|n| n.name == d.name);
-    for d in old {
+    for d in old.iter().copied() {
         if !in_new(d) {
             let i = current
                 .iter()
@@ -171,7 +211,7 @@ pub fn diff(old: &[Document], new: &[Document]) -> Vec<DocChange> {
     }
     // After the removals, `current` is turned into `new` front to back: once document `ni`
     // is placed, `current[..=ni] == new[..=ni]`.
-    for (ni, d) in new.iter().enumerate() {
+    for (ni, d) in new.iter().copied().enumerate() {
         match current.iter().position(|x| x.name == d.name) {
             None => changes.push(DocChange {
                 kind: ChangeType::Added,
