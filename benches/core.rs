@@ -584,7 +584,7 @@ fn bench_core(c: &mut Criterion) {
                 || {
                     let old = &docs[rng.below(N_DOCS as u64) as usize];
                     now += 1;
-                    let mut fields = old.fields.clone();
+                    let mut fields = (*old.fields).clone();
                     if let Some(Value::Map(p)) = fields.get_mut("price") {
                         p.insert("micros".into(), Value::Integer(rng.below(1 << 40) as i64));
                     }

@@ -507,7 +507,7 @@ fn set_deletes_need_merge() {
     };
     let doc = m.apply(Some(&base), &ctx).unwrap().unwrap();
     assert_eq!(
-        doc.fields,
+        *doc.fields,
         map(&[
             (
                 "a",

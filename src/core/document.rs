@@ -2,6 +2,7 @@
 //! updated, with the limits of DESIGN.md (size, depth, field names).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::path::{DocumentName, FieldPath, MAX_FIELD_NAME_BYTES};
 use super::value::{Map, Value};
@@ -15,7 +16,8 @@ pub const MAX_DEPTH: usize = 20;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Document {
     pub name: DocumentName,
-    pub fields: Map,
+    /// Shared: cloning a document (views, snapshots, fan-out) does not copy its fields.
+    pub fields: Arc<Map>,
     /// Commit version that created the document (0 for documents not yet committed).
     pub create_version: u64,
     /// Commit version of the last change (0 for documents not yet committed).
@@ -48,7 +50,7 @@ impl Document {
     pub fn new(name: DocumentName, fields: Map) -> Document {
         Document {
             name,
-            fields,
+            fields: Arc::new(fields),
             create_version: 0,
             update_version: 0,
         }

@@ -411,7 +411,7 @@ proptest! {
             prop_assert!(stored.is_some(), "missing {}", d.name);
             let back = decode_document(stored.expect("checked")).expect("decodes");
             prop_assert_eq!(&back.name, &d.name);
-            prop_assert!(strict_eq(&Value::Map(back.fields), &Value::Map(d.fields.clone())));
+            prop_assert!(strict_eq(&Value::Map((*back.fields).clone()), &Value::Map((*d.fields).clone())));
             // Rewriting a document unchanged touches nothing.
             prop_assert_eq!(index_diff(&catalog, Some(d), Some(d)), Default::default());
         }
@@ -468,7 +468,7 @@ fn order_equal_elements_share_one_entry() {
     let entry = decode_entry(&contains, touched[0]).unwrap();
     assert!(strict_eq(&entry.values[0], &Value::Double(1.0)));
     let (store2, docs) =
-        apply_writes(&catalog, &[(name.clone(), Some(second.fields.clone()))]).unwrap();
+        apply_writes(&catalog, &[(name.clone(), Some((*second.fields).clone()))]).unwrap();
     assert_eq!(store.index, store2.index);
     check_index_table(&file, &store, &docs).unwrap();
 }

@@ -51,7 +51,7 @@ fn ctx(commit_version: u64) -> ApplyContext {
 fn stored(fields: Map) -> Document {
     Document {
         name: name(),
-        fields,
+        fields: fields.into(),
         create_version: 2,
         update_version: 5,
     }
@@ -60,7 +60,7 @@ fn stored(fields: Map) -> Document {
 fn expect(fields: Map, create_version: u64, update_version: u64) -> Option<Document> {
     Some(Document {
         name: name(),
-        fields,
+        fields: fields.into(),
         create_version,
         update_version,
     })
@@ -309,7 +309,7 @@ fn transforms_apply_after_the_write() {
     let m = Mutation::set_merge(name(), Map::new(), SetMerge::MergeAll)
         .with_transform(fp("n"), Increment(I(1)))
         .with_transform(fp("profile.age"), Minimum(D(18.5)));
-    let mut want = base().fields;
+    let mut want = (*base().fields).clone();
     want.insert("n".into(), I(6));
     want.insert(
         "profile".into(),
@@ -319,7 +319,7 @@ fn transforms_apply_after_the_write() {
     // And mergeFields listing the transformed field reads the stored value too.
     let m = Mutation::set_merge(name(), Map::new(), SetMerge::MergeFields(vec![fp("n")]))
         .with_transform(fp("n"), Increment(I(1)));
-    let mut want = base().fields;
+    let mut want = (*base().fields).clone();
     want.insert("n".into(), I(6));
     assert_eq!(apply(&m, Some(&base())), Ok(expect(want, 2, 9)));
 }
@@ -577,7 +577,7 @@ fn update_with(transform: FieldTransform) -> Mutation {
 }
 
 fn fields_of(d: Option<Document>) -> Map {
-    d.expect("the document exists").fields
+    (*d.expect("the document exists").fields).clone()
 }
 
 proptest! {
@@ -589,7 +589,7 @@ proptest! {
             let read = doc.field(&FieldPath::from_segments(vec![k.clone()]).unwrap());
             prop_assert_eq!(read.as_deref(), Some(v));
         }
-        prop_assert_eq!(doc.fields, data);
+        prop_assert_eq!(&*doc.fields, &data);
         prop_assert_eq!(doc.create_version, if base.is_some() { 2 } else { 9 });
     }
 

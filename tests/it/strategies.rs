@@ -182,7 +182,7 @@ pub fn arb_document() -> impl Strategy<Value = Document> {
     ];
     (name, arb_fields(), versions).prop_map(|(name, fields, (create, update))| Document {
         name,
-        fields,
+        fields: fields.into(),
         create_version: create,
         update_version: update,
     })

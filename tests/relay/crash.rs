@@ -39,7 +39,7 @@ async fn verify(c: &Client, ledger: &Ledger, when: &str) {
         let (docs, _) = within(c.get(chunk.to_vec())).await.unwrap();
         for (n, doc) in docs {
             let doc = doc.unwrap_or_else(|| panic!("{when}: acknowledged {n} is missing"));
-            assert_eq!(doc.fields, ledger.docs[&n], "{when}: {n}");
+            assert_eq!(*doc.fields, ledger.docs[&n], "{when}: {n}");
         }
     }
     let deleted: Vec<DocumentName> = ledger.deleted.iter().cloned().collect();

@@ -44,10 +44,12 @@ pub fn reference(q: &Query, docs: &Model) -> Vec<(DocumentName, Map)> {
     }
     if let Some(p) = &vq.projection {
         for d in &mut out {
-            d.fields = project(&d.fields, p);
+            d.fields = project(&d.fields, p).into();
         }
     }
-    out.into_iter().map(|d| (d.name, d.fields)).collect()
+    out.into_iter()
+        .map(|d| (d.name, (*d.fields).clone()))
+        .collect()
 }
 
 /// Aggregations over the query's result, by hand: `count` an integer, `sum` an integer
@@ -103,7 +105,7 @@ pub fn values_match(a: &[Value], b: &[Value]) -> bool {
 /// Names and fields of documents the relay returned.
 pub fn strip(docs: &[Document]) -> Vec<(DocumentName, Map)> {
     docs.iter()
-        .map(|d| (d.name.clone(), d.fields.clone()))
+        .map(|d| (d.name.clone(), (*d.fields).clone()))
         .collect()
 }
 

@@ -336,7 +336,7 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, DecodeError> {
     }
     Ok(Document {
         name,
-        fields,
+        fields: fields.into(),
         create_version,
         update_version,
     })

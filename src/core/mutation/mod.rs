@@ -210,7 +210,7 @@ impl Mutation {
                 })
             }
             (MutationKind::Set { fields, merge }, base) => {
-                let base = base.map(|b| &b.fields);
+                let base = base.map(|b| &*b.fields);
                 fields::apply_set(base, fields, merge, self)
             }
             (MutationKind::Update { fields }, Some(base)) => {
@@ -228,7 +228,7 @@ impl Mutation {
         })?;
         Ok(Some(Document {
             name: self.name.clone(),
-            fields,
+            fields: fields.into(),
             create_version: base.map_or(ctx.commit_version, |b| b.create_version),
             update_version: ctx.commit_version,
         }))

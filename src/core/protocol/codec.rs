@@ -1164,7 +1164,7 @@ mod tests {
         (arb_name(), arb_fields(), any::<u64>(), any::<u64>()).prop_map(|(name, fields, c, u)| {
             Document {
                 name,
-                fields,
+                fields: fields.into(),
                 create_version: c,
                 update_version: u,
             }

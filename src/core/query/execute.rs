@@ -405,7 +405,7 @@ pub async fn execute<K: KvRead>(kv: &K, q: &Query, p: &Plan) -> Result<Vec<Docum
     }
     if let Some(fields) = &q.projection {
         for d in &mut out {
-            d.fields = project(&d.fields, fields);
+            d.fields = project(&d.fields, fields).into();
         }
     }
     Ok(out)

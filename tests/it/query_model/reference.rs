@@ -169,7 +169,7 @@ pub(crate) fn get(doc: &Document, path: &FieldPath) -> Option<Value> {
     if is_name(path) {
         return Some(Value::Reference(doc.name.clone()));
     }
-    let mut map = &doc.fields;
+    let mut map: &Map = &doc.fields;
     let (last, parents) = path.segments().split_last()?;
     for s in parents {
         match map.get(s)? {
@@ -429,7 +429,7 @@ pub(crate) fn model_run(docs: &[Document], q: &Query) -> Vec<Document> {
     let mut out = model_unprojected(docs, q);
     if let Some(paths) = &q.projection {
         for d in &mut out {
-            d.fields = project(&d.fields, paths);
+            d.fields = project(&d.fields, paths).into();
         }
     }
     out
