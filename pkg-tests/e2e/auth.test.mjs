@@ -1,27 +1,13 @@
 // End-to-end tests of auth token refresh against a real hearth-relay started with an HS256
 // secret: the token callback is asked again before a token expires, and after the relay
 // refuses one. Run: node --test pkg-tests/e2e/
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startRelay, startServer, startBrowser } from './harness.mjs';
+import { useEnvironment } from './harness.mjs';
 
 const SECRET = 'hearth-e2e-secret';
-let relay;
-let server;
-let browser;
-const page = () => browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
-
-before(async () => {
-  relay = await startRelay(['--auth-secret', SECRET]);
-  server = await startServer();
-  browser = await startBrowser();
-});
-
-after(async () => {
-  await browser?.stop();
-  await server?.stop();
-  await relay?.stop();
-});
+const env = useEnvironment(['--auth-secret', SECRET]);
+const page = env.page;
 
 /** Installs window.jwt(claims): an HS256 token signed in the page with WebCrypto. */
 async function installSigner(p) {
@@ -54,7 +40,7 @@ test('a short-lived token is refreshed through the callback before it expires; w
       if (!s.metadata.hasPendingWrites) window.seen.push(s.size);
     });
     await window.db.doc('a/1').set({ v: 1 });
-  }, relay.url);
+  }, env.relay.url);
   // Well past the first token's expiry: every write is acknowledged, the listener stays live.
   for (let i = 2; i <= 4; i++) {
     await new Promise((r) => setTimeout(r, 2500));
@@ -85,7 +71,7 @@ test('a token the relay refuses is replaced by asking the callback again; queued
     const snap = await db.doc('b/1').get({ source: 'server' });
     db.close();
     return { calls: window.calls, v: snap.data().v };
-  }, relay.url);
+  }, env.relay.url);
   assert.equal(result.v, 1);
   assert.ok(result.calls >= 2, `the callback was asked ${result.calls} times`);
   await p.close();

@@ -1,25 +1,11 @@
 // End-to-end tests of the cache budget (`cacheSizeBytes`) and of a local commit the quota
 // refuses, in headless Chromium against a real hearth-relay. Run: node --test pkg-tests/e2e/
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startRelay, startServer, startBrowser } from './harness.mjs';
+import { startServer, useEnvironment } from './harness.mjs';
 
-let relay;
-let server;
-let browser;
-const page = () => browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
-
-before(async () => {
-  relay = await startRelay();
-  server = await startServer();
-  browser = await startBrowser();
-});
-
-after(async () => {
-  await browser?.stop();
-  await server?.stop();
-  await relay?.stop();
-});
+const env = useEnvironment();
+const page = env.page;
 
 const MiB = 1024 * 1024;
 
@@ -54,7 +40,7 @@ test('the cache budget evicts the least recently written documents nothing holds
     window.seen = { doc: null, live: [] };
     window.db.doc('held/watched').onSnapshot((s) => { window.seen.doc = s.exists ? s.data().v : null; });
     window.db.collection('live').onSnapshot((s) => { window.seen.live = s.docs.map((d) => d.data().v); });
-  }, relay.url);
+  }, env.relay.url);
   await p.waitForFunction(() => window.seen.live.length === 2 && window.seen.doc === 'w');
   // About 1.9 MB of documents, each acknowledged, so none stays pending. The oldest is
   // read early on, and so held as recently read.
@@ -129,7 +115,7 @@ test('without a relay nothing is evicted, and cacheSizeBytes is checked', { time
 test('a write the local database cannot store rejects, listeners go back, and earlier data stays', { timeout: 90000 }, async () => {
   // An origin of its own: Chromium applies a quota override to a storage bucket opened after it.
   const own = await startServer();
-  const p = await browser.page(`${own.origin}/pkg-tests/e2e/page.html`);
+  const p = await env.browser.page(`${own.origin}/pkg-tests/e2e/page.html`);
   // A small quota (Chromium's DevTools protocol): small writes fit, a document near the
   // 1 MiB limit does not.
   const cdp = await p.context().newCDPSession(p);

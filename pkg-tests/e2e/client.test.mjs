@@ -1,32 +1,18 @@
 // End-to-end tests of the npm package in headless Chromium against a real hearth-relay:
 // the seeds' web code, latency compensation, offline writes surviving a reload, two tabs,
 // rollback of refused writes, and local query errors. Run: node --test pkg-tests/e2e/
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startRelay, startServer, startBrowser } from './harness.mjs';
+import { useEnvironment } from './harness.mjs';
 
-let relay;
-let server;
-let browser;
-const page = () => browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
-
-before(async () => {
-  relay = await startRelay();
-  server = await startServer();
-  browser = await startBrowser();
-});
-
-after(async () => {
-  await browser?.stop();
-  await server?.stop();
-  await relay?.stop();
-});
+const env = useEnvironment();
+const page = env.page;
 
 /** Opens a database in the page and keeps it as window.db. */
 async function open(p, name, extra = {}) {
   await p.evaluate(async ({ name, url, extra }) => {
     window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
-  }, { name, url: relay.url, extra });
+  }, { name, url: env.relay.url, extra });
 }
 
 test('seed 000: the instruments code runs unchanged and returns the seed results', { timeout: 60000 }, async () => {
@@ -203,6 +189,34 @@ test('a query no index serves fails locally with failed-precondition naming the 
   await p.close();
 });
 
+test('variadic methods take any number of arguments', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'variadic', { relay: undefined });
+  const got = await p.evaluate(async () => {
+    const { Filter } = window.hearth;
+    const db = window.db;
+    const ref = db.doc('v/one');
+    await ref.set({ a: 0 });
+    await ref.update('a', 1, 'b', 2, 'c', 3, 'd', 4, 'e', 5);
+    const batch = db.batch();
+    batch.update(ref, 'f', 6, 'g', 7, 'h', 8, 'i', 9);
+    await batch.commit();
+    const data = (await ref.get({ source: 'cache' })).data();
+    for (let i = 0; i < 8; i++) await db.doc(`v/n${i}`).set({ n: i });
+    const or = await db.collection('v').where(Filter.or(...[0, 1, 2, 3, 4, 5, 6].map((n) => Filter.where('n', '==', n))))
+      .get({ source: 'cache' });
+    const cursor = await db.collection('v').orderBy('n').startAt(5).get({ source: 'cache' });
+    let undefinedValue = null;
+    try { await ref.update('a', undefined); } catch (e) { undefinedValue = e.code; }
+    return { data, or: or.size, cursor: cursor.docs.map((d) => d.data().n), undefinedValue };
+  });
+  assert.deepEqual(got.data, { a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9 });
+  assert.equal(got.or, 7);
+  assert.deepEqual(got.cursor, [5, 6, 7]);
+  assert.equal(got.undefinedValue, 'invalid-argument');
+  await p.close();
+});
+
 test('two tabs of one origin share one IndexedDB database and see each other\'s writes live', { timeout: 60000 }, async () => {
   const a = await page();
   const b = await page();
@@ -227,7 +241,7 @@ test('the engine runs in a service worker and answers from the local database', 
   const p = await page();
   await open(p, 'demo', { relay: undefined });
   await p.evaluate(() => window.db.collection('items').doc('sw1').set({ text: 'cached for the worker', createdAt: 1 }));
-  await p.goto(`${server.origin}/worker/index.html`);
+  await p.goto(`${env.server.origin}/worker/index.html`);
   await p.waitForFunction(() => document.getElementById('out').textContent.includes('cached for the worker'), null, { timeout: 30000 });
   await p.close();
 });
@@ -239,7 +253,7 @@ test('the engine runs in a dedicated worker: it writes, listens and syncs with a
     window.worker = new Worker('/pkg-tests/e2e/worker.js', { type: 'module' });
     window.worker.onmessage = (e) => window.fromWorker.push(e.data);
     window.worker.postMessage({ op: 'open', name: 'dedicated', relay });
-  }, relay.url);
+  }, env.relay.url);
   await p.waitForFunction(() => window.fromWorker.some((m) => m.op === 'opened' || m.op === 'error'));
   const opened = await p.evaluate(() => window.fromWorker.find((m) => m.op === 'opened' || m.op === 'error'));
   assert.deepEqual(opened, { op: 'opened', global: 'undefined' });
@@ -264,8 +278,8 @@ test('the engine runs in a dedicated worker: it writes, listens and syncs with a
 });
 
 test('the demo app adds an item and shows it at once', { timeout: 60000 }, async () => {
-  const p = await browser.context.newPage();
-  await p.goto(`${server.origin}/www/index.html`);
+  const p = await env.browser.context.newPage();
+  await p.goto(`${env.server.origin}/www/index.html`);
   await p.waitForFunction(() => document.getElementById('status').textContent.includes('items'), null, { timeout: 30000 });
   await p.fill('#text', 'buy bread');
   await p.click('form button');

@@ -1,5 +1,6 @@
 // Test harness: a real hearth-relay process, a static file server for the repository (so
 // pages load /pkg/hearth.js), and headless Chromium driven by playwright-core.
+import { before, after } from 'node:test';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
@@ -88,4 +89,24 @@ export async function startBrowser() {
       rmSync(profile, { recursive: true, force: true });
     },
   };
+}
+
+/** The environment of one test file: a relay (started with `relayArgs`), a file server and a
+ *  browser, started before its tests and stopped after them (node:test hooks). `env.page()`
+ *  opens the test page, which loads the package. */
+export function useEnvironment(relayArgs = []) {
+  const env = {
+    page: () => env.browser.page(`${env.server.origin}/pkg-tests/e2e/page.html`),
+  };
+  before(async () => {
+    env.relay = await startRelay(relayArgs);
+    env.server = await startServer();
+    env.browser = await startBrowser();
+  });
+  after(async () => {
+    await env.browser?.stop();
+    await env.server?.stop();
+    await env.relay?.stop();
+  });
+  return env;
 }

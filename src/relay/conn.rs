@@ -604,11 +604,7 @@ impl Connection {
         resume: Option<u64>,
     ) -> Result<(), QueryError> {
         let q = validate(query)?;
-        if q.projection.is_some() {
-            return Err(QueryError::InvalidArgument(
-                "listens cannot use select(): a projected result cannot be kept in order as documents change; listen without select() or use a one-time query".into(),
-            ));
-        }
+        crate::core::query::validate::check_listenable(&q)?;
         let source = q.source.clone();
         let relay = self.relay.clone();
         let db = self.db.clone();

@@ -7,9 +7,7 @@ use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::reference::{
-    args, observer, report, set_mutation, unsubscribe, write_promise, ListenHandle,
-};
+use super::reference::{observer, report, set_mutation, unsubscribe, write_promise, ListenHandle};
 use super::snapshot::{AggregateQuerySnapshot, QuerySnapshot};
 use super::{Db, DocumentReference};
 use crate::client::convert::{field_path_arg, to_value};
@@ -46,11 +44,8 @@ fn field_filter(field: JsValue, op: &str, value: JsValue) -> Result<CoreFilter, 
     Ok(CoreFilter::Field(FieldFilter { field, op, value }))
 }
 
-fn filters(list: [JsValue; 6]) -> Result<Vec<CoreFilter>, ClientError> {
-    list.into_iter()
-        .take_while(|v| !v.is_undefined())
-        .map(|v| take_filter(&v))
-        .collect()
+fn filter_list(list: &js_sys::Array) -> Result<Vec<CoreFilter>, ClientError> {
+    list.iter().map(|v| take_filter(&v)).collect()
 }
 
 /// A filter travels through JS as the hex of a one-filter query's encoding, so composite
@@ -90,29 +85,17 @@ impl Filter {
         })
     }
 
-    pub fn or(
-        a: JsValue,
-        b: JsValue,
-        c: JsValue,
-        d: JsValue,
-        e: JsValue,
-        f: JsValue,
-    ) -> Result<Filter, JsValue> {
+    #[wasm_bindgen(variadic)]
+    pub fn or(filters: &js_sys::Array) -> Result<Filter, JsValue> {
         Ok(Filter {
-            inner: CoreFilter::Or(filters([a, b, c, d, e, f])?),
+            inner: CoreFilter::Or(filter_list(filters)?),
         })
     }
 
-    pub fn and(
-        a: JsValue,
-        b: JsValue,
-        c: JsValue,
-        d: JsValue,
-        e: JsValue,
-        f: JsValue,
-    ) -> Result<Filter, JsValue> {
+    #[wasm_bindgen(variadic)]
+    pub fn and(filters: &js_sys::Array) -> Result<Filter, JsValue> {
         Ok(Filter {
-            inner: CoreFilter::And(filters([a, b, c, d, e, f])?),
+            inner: CoreFilter::And(filter_list(filters)?),
         })
     }
 
@@ -212,8 +195,8 @@ impl Query {
         })
     }
 
-    fn cursor(&self, list: [JsValue; 6], inclusive: bool) -> Result<Cursor, ClientError> {
-        let first = &list[0];
+    fn cursor(&self, list: &js_sys::Array, inclusive: bool) -> Result<Cursor, ClientError> {
+        let first = &list.get(0);
         let is_snapshot = Reflect::get(first, &"__hearthKind".into())
             .ok()
             .and_then(|k| k.as_string())
@@ -260,11 +243,7 @@ impl Query {
             });
         }
         let mut values = Vec::new();
-        for (i, v) in list
-            .into_iter()
-            .take_while(|v| !v.is_undefined())
-            .enumerate()
-        {
+        for (i, v) in list.iter().enumerate() {
             let is_name = self
                 .query
                 .order_by
@@ -285,7 +264,7 @@ impl Query {
     /// The query with a start (`start`) or end cursor from positional values or a snapshot.
     fn with_cursor(
         &self,
-        list: [JsValue; 6],
+        list: &js_sys::Array,
         inclusive: bool,
         start: bool,
     ) -> Result<Query, JsValue> {
@@ -514,71 +493,32 @@ macro_rules! query_methods {
                 })
             }
 
-            #[wasm_bindgen(js_name = startAt)]
-            pub fn start_at(
-                &self,
-                a: JsValue,
-                b: JsValue,
-                c: JsValue,
-                d: JsValue,
-                e: JsValue,
-                f: JsValue,
-            ) -> Result<Query, JsValue> {
-                self.as_query().with_cursor([a, b, c, d, e, f], true, true)
+            #[wasm_bindgen(js_name = startAt, variadic)]
+            pub fn start_at(&self, values: &js_sys::Array) -> Result<Query, JsValue> {
+                self.as_query().with_cursor(values, true, true)
             }
 
-            #[wasm_bindgen(js_name = startAfter)]
-            pub fn start_after(
-                &self,
-                a: JsValue,
-                b: JsValue,
-                c: JsValue,
-                d: JsValue,
-                e: JsValue,
-                f: JsValue,
-            ) -> Result<Query, JsValue> {
-                self.as_query().with_cursor([a, b, c, d, e, f], false, true)
+            #[wasm_bindgen(js_name = startAfter, variadic)]
+            pub fn start_after(&self, values: &js_sys::Array) -> Result<Query, JsValue> {
+                self.as_query().with_cursor(values, false, true)
             }
 
-            #[wasm_bindgen(js_name = endAt)]
-            pub fn end_at(
-                &self,
-                a: JsValue,
-                b: JsValue,
-                c: JsValue,
-                d: JsValue,
-                e: JsValue,
-                f: JsValue,
-            ) -> Result<Query, JsValue> {
-                self.as_query().with_cursor([a, b, c, d, e, f], true, false)
+            #[wasm_bindgen(js_name = endAt, variadic)]
+            pub fn end_at(&self, values: &js_sys::Array) -> Result<Query, JsValue> {
+                self.as_query().with_cursor(values, true, false)
             }
 
-            #[wasm_bindgen(js_name = endBefore)]
-            pub fn end_before(
-                &self,
-                a: JsValue,
-                b: JsValue,
-                c: JsValue,
-                d: JsValue,
-                e: JsValue,
-                f: JsValue,
-            ) -> Result<Query, JsValue> {
-                self.as_query()
-                    .with_cursor([a, b, c, d, e, f], false, false)
+            #[wasm_bindgen(js_name = endBefore, variadic)]
+            pub fn end_before(&self, values: &js_sys::Array) -> Result<Query, JsValue> {
+                self.as_query().with_cursor(values, false, false)
             }
 
             /// Returns only these fields (none: names only).
-            pub fn select(
-                &self,
-                a: JsValue,
-                b: JsValue,
-                c: JsValue,
-                d: JsValue,
-                e: JsValue,
-                f: JsValue,
-            ) -> Result<Query, JsValue> {
+            #[wasm_bindgen(variadic)]
+            pub fn select(&self, fields: &js_sys::Array) -> Result<Query, JsValue> {
+                let list = fields;
                 let mut fields = Vec::new();
-                for v in args([a, b, c, d, e, f]).iter() {
+                for v in list.iter() {
                     fields.push(field_path_arg(&v)?);
                 }
                 self.as_query().with(|q| {

@@ -206,11 +206,6 @@ pub(crate) fn update_mutation(
     Ok(m)
 }
 
-/// Collects up to six positional JS arguments, stopping at the first `undefined`.
-pub(crate) fn args(list: [JsValue; 6]) -> js_sys::Array {
-    list.into_iter().take_while(|v| !v.is_undefined()).collect()
-}
-
 #[wasm_bindgen]
 impl DocumentReference {
     #[wasm_bindgen(getter)]
@@ -284,16 +279,9 @@ impl DocumentReference {
 
     /// Updates fields: `update({ 'a.b': 1 })` or `update('a.b', 1, 'c', 2)`. The document
     /// must exist.
-    pub fn update(
-        &self,
-        a: JsValue,
-        b: JsValue,
-        c: JsValue,
-        d: JsValue,
-        e: JsValue,
-        f: JsValue,
-    ) -> Promise {
-        match update_mutation(&self.name, &args([a, b, c, d, e, f])) {
+    #[wasm_bindgen(variadic)]
+    pub fn update(&self, data_or_pairs: &js_sys::Array) -> Promise {
+        match update_mutation(&self.name, data_or_pairs) {
             Ok(m) => write_promise(&self.db, vec![m], JsValue::UNDEFINED),
             Err(e) => Promise::reject(&e.to_js()),
         }

@@ -8,7 +8,7 @@ use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
-use super::reference::{args, set_mutation, update_mutation, write_promise};
+use super::reference::{set_mutation, update_mutation, write_promise};
 use super::snapshot::DocumentSnapshot;
 use super::Db;
 use crate::client::error::ClientError;
@@ -68,20 +68,10 @@ impl WriteBatch {
         self.push(set_mutation(&name, &data, &options))
     }
 
-    pub fn update(
-        &self,
-        reference: JsValue,
-        a: JsValue,
-        b: JsValue,
-        c: JsValue,
-        d: JsValue,
-        e: JsValue,
-    ) -> Result<(), JsValue> {
+    #[wasm_bindgen(variadic)]
+    pub fn update(&self, reference: JsValue, data_or_pairs: &js_sys::Array) -> Result<(), JsValue> {
         let name = reference_name(&reference)?;
-        self.push(update_mutation(
-            &name,
-            &args([a, b, c, d, e, JsValue::UNDEFINED]),
-        ))
+        self.push(update_mutation(&name, data_or_pairs))
     }
 
     pub fn delete(&self, reference: JsValue) -> Result<(), JsValue> {
@@ -168,20 +158,16 @@ impl Transaction {
         Ok(self.clone_handle())
     }
 
+    #[wasm_bindgen(variadic)]
     pub fn update(
         &self,
         reference: JsValue,
-        a: JsValue,
-        b: JsValue,
-        c: JsValue,
-        d: JsValue,
-        e: JsValue,
+        data_or_pairs: &js_sys::Array,
     ) -> Result<Transaction, JsValue> {
         let name = reference_name(&reference)?;
-        self.writes.borrow_mut().push(update_mutation(
-            &name,
-            &args([a, b, c, d, e, JsValue::UNDEFINED]),
-        )?);
+        self.writes
+            .borrow_mut()
+            .push(update_mutation(&name, data_or_pairs)?);
         Ok(self.clone_handle())
     }
 

@@ -397,30 +397,8 @@ impl IdbStore {
     }
 
     /// The bytes the cache takes: every `documents` record's key, document and index keys.
-    /// Reads the store in pages of [`ESTIMATE_PAGE`] records.
     pub async fn estimate_bytes(&self) -> Result<u64, ClientError> {
-        let read = self.read().await?;
-        let mut total = 0u64;
-        let mut range = KeyRange::default();
-        loop {
-            let records = read
-                .records(&range, ESTIMATE_PAGE)
-                .await
-                .map_err(|e| self.error("measuring `documents`", &e))?;
-            total += records
-                .iter()
-                .map(|(k, r)| k.len() as u64 + js::record_size(r))
-                .sum::<u64>();
-            match records.last() {
-                Some((last, _)) if records.len() == ESTIMATE_PAGE => {
-                    // The smallest key after `last`.
-                    range.start = last.clone();
-                    range.start.push(0);
-                }
-                _ => break,
-            }
-        }
-        Ok(total)
+        Ok(self.usage().await?.iter().map(|u| u.1).sum())
     }
 
     /// Every `documents` record as (key, bytes it takes, last write in ms), for eviction.
