@@ -133,6 +133,8 @@ pub struct Engine {
     /// Whether writes resolve on the relay's acknowledgement (else on local durability).
     pub synced: bool,
     batch_seq: Cell<u64>,
+    /// This context's tag in its batch ids (see `next_batch_id`).
+    batch_tag: u8,
     queue: RefCell<Vec<Batch>>,
     waiters: RefCell<HashMap<u64, Vec<Settle>>>,
     listeners: RefCell<BTreeMap<u64, Listener>>,
@@ -217,6 +219,7 @@ impl Engine {
             client_id,
             synced,
             batch_seq: Cell::new(seq),
+            batch_tag: (js_sys::Math::random() * 128.0) as u8 & 0x7f,
             queue: RefCell::new(queue),
             waiters: RefCell::new(HashMap::new()),
             listeners: RefCell::new(BTreeMap::new()),
@@ -256,9 +259,14 @@ impl Engine {
             .collect()
     }
 
-    /// A new batch id: increasing, and unlikely to collide with another tab's (time-based).
+    /// A new batch id, increasing. Tabs and workers of one origin share the client id, and the
+    /// relay takes a batch id it has seen from that client as a retry: so ids are
+    /// `ms << 11 | tag << 4 | n`, with this context's random 7-bit `tag`. Two contexts collide
+    /// only when both write in the same millisecond with the same tag (1 in 128). Ids stay
+    /// below 2^53 (exact as IndexedDB number keys) until 2109, and above schema-1 ids
+    /// (`ms << 10`).
     fn next_batch_id(&self) -> u64 {
-        let time_based = (js_sys::Date::now() as u64) << 10;
+        let time_based = ((js_sys::Date::now() as u64) << 11) | (u64::from(self.batch_tag) << 4);
         let id = time_based.max(self.batch_seq.get() + 1);
         self.batch_seq.set(id);
         id
