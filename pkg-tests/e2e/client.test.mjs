@@ -246,34 +246,47 @@ test('the engine runs in a service worker and answers from the local database', 
   await p.close();
 });
 
-test('the engine runs in a dedicated worker: it writes, listens and syncs with a page', { timeout: 60000 }, async () => {
+test('the engine runs in a dedicated worker: it writes, listens and syncs with a page', { timeout: 90000 }, async () => {
   const p = await page();
-  await p.evaluate(async (relay) => {
+  const state = () => p.evaluate(() => JSON.stringify({ worker: window.fromWorker, page: window.pageSaw }));
+  // Each step has its own deadline, so a failure names the step and the state.
+  const step = async (what, run) => {
+    let timer;
+    const deadline = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error('timed out')), 20000); });
+    try {
+      return await Promise.race([run(), deadline]);
+    } catch (e) {
+      throw new Error(`${what}: ${e.message}; state: ${await state().catch(() => '?')}`, { cause: e });
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  await step('starting the worker', () => p.evaluate(async (relay) => {
     window.fromWorker = [];
     window.worker = new Worker('/pkg-tests/e2e/worker.js', { type: 'module' });
     window.worker.onmessage = (e) => window.fromWorker.push(e.data);
     window.worker.postMessage({ op: 'open', name: 'dedicated', relay });
-  }, env.relay.url);
-  await p.waitForFunction(() => window.fromWorker.some((m) => m.op === 'opened' || m.op === 'error'));
+  }, env.relay.url));
+  await step('the worker opening the database', () => p.waitForFunction(
+    () => window.fromWorker.some((m) => m.op === 'opened' || m.op === 'error'), null, { timeout: 0 }));
   const opened = await p.evaluate(() => window.fromWorker.find((m) => m.op === 'opened' || m.op === 'error'));
   assert.deepEqual(opened, { op: 'opened', global: 'undefined' });
   // The worker writes; the page (same database, through the relay and the tab channel) sees it.
-  await open(p, 'dedicated');
+  await step('the page opening the database', () => open(p, 'dedicated'));
   await p.evaluate(() => {
     window.pageSaw = [];
     window.db.collection('w').onSnapshot((s) => window.pageSaw.push(s.docs.map((d) => d.id).sort().join()));
     window.worker.postMessage({ op: 'set', path: 'w/fromWorker', data: { by: 'worker' } });
   });
-  const state = () => p.evaluate(() => JSON.stringify({ worker: window.fromWorker, page: window.pageSaw }));
-  await p.waitForFunction(() => window.pageSaw.includes('fromWorker'), null, { timeout: 20000 })
-    .catch(async (e) => { throw new Error(`the page did not see the worker's write: ${await state()}`, { cause: e }); });
+  await step('the page seeing the worker\'s write', () => p.waitForFunction(
+    () => window.pageSaw.includes('fromWorker'), null, { timeout: 0 }));
   // The page writes; the worker's listener sees it, acknowledged.
-  await p.evaluate(() => window.db.doc('w/fromPage').set({ by: 'page' }));
-  await p.waitForFunction(() => window.fromWorker.some((m) => m.op === 'snapshot'
-    && m.ids.join() === 'fromPage,fromWorker' && !m.pending), null, { timeout: 20000 })
-    .catch(async (e) => { throw new Error(`the worker did not see the page's write acknowledged: ${await state()}`, { cause: e }); });
+  await step('the page\'s write being acknowledged', () => p.evaluate(() => window.db.doc('w/fromPage').set({ by: 'page' })));
+  await step('the worker seeing the page\'s write acknowledged', () => p.waitForFunction(
+    () => window.fromWorker.some((m) => m.op === 'snapshot' && m.ids.join() === 'fromPage,fromWorker' && !m.pending),
+    null, { timeout: 0 }));
   assert.ok(!(await p.evaluate(() => window.fromWorker.some((m) => m.op === 'error'))));
-  await p.evaluate(() => { window.worker.terminate(); window.db.close(); });
+  await step('closing', () => p.evaluate(() => { window.worker.terminate(); window.db.close(); }));
   await p.close();
 });
 

@@ -143,12 +143,16 @@ pub struct Engine {
     current_targets: RefCell<BTreeSet<u32>>,
     online: Cell<bool>,
     lock: AsyncLock,
+    /// Serializes the handling of other contexts' change notices.
+    external: AsyncLock,
     outbox: RefCell<Vec<(Callback, ListenEvent)>>,
     /// Hooks the sync layer installs.
     pub on_batch: Hook<dyn Fn(&Batch)>,
     pub on_listen: Hook<dyn Fn(u64, &Query)>,
     pub on_unlisten: Hook<dyn Fn(u64)>,
     pub on_local_change: Hook<dyn Fn(&[DocumentName])>,
+    /// Called when this context took the relay's answer to a batch (tabs pass it on).
+    pub on_settled: Hook<dyn Fn(u64, &Result<u64, ClientError>)>,
     /// Called after an eviction deleted documents (the sync layer drops resume points).
     pub on_evicted: Hook<dyn Fn()>,
     pub cache: Cache,
@@ -227,12 +231,14 @@ impl Engine {
             current_targets: RefCell::new(BTreeSet::new()),
             online: Cell::new(false),
             lock: AsyncLock::default(),
+            external: AsyncLock::default(),
             outbox: RefCell::new(Vec::new()),
             on_batch: RefCell::new(None),
             on_listen: RefCell::new(None),
             on_unlisten: RefCell::new(None),
             on_local_change: RefCell::new(None),
             on_evicted: RefCell::new(None),
+            on_settled: RefCell::new(None),
             cache: Cache::new(cache_budget.filter(|_| synced)),
             open_lock: RefCell::new(crate::client::cache::hold_open_lock(name)),
         }))
@@ -574,12 +580,23 @@ impl Engine {
         batch_id: u64,
         version: u64,
     ) -> Result<(), ClientError> {
-        let names = {
-            let q = self.queue.borrow();
-            match q.iter().find(|b| b.id == batch_id) {
-                Some(b) => b.names(),
-                None => return Ok(()),
-            }
+        let found = self
+            .queue
+            .borrow()
+            .iter()
+            .find(|b| b.id == batch_id)
+            .map(Batch::names);
+        let Some(names) = found else {
+            // Another context (sharing the queue) already took this acknowledgement; the
+            // stored batch goes too, should this context's queue have missed it.
+            self.store
+                .write(vec![WriteOp::Delete {
+                    store: Store::Mutations,
+                    key: Key::Number(batch_id as f64),
+                }])
+                .await?;
+            self.settle_waiters(batch_id, Ok(version));
+            return Ok(());
         };
         let guard = self.lock.lock().await;
         self.queue.borrow_mut().retain(|b| b.id != batch_id);
@@ -604,12 +621,20 @@ impl Engine {
             changed.push((n.clone(), self.local_doc(&n).await?));
         }
         self.local_changed(&changed).await;
-        if let Some(w) = self.waiters.borrow_mut().remove(&batch_id) {
-            for settle in w {
-                settle(Ok(version));
-            }
+        self.settle_waiters(batch_id, Ok(version));
+        if let Some(hook) = self.on_settled.borrow().as_ref() {
+            hook(batch_id, &Ok(version));
         }
         Ok(())
+    }
+
+    /// Settles the promises waiting on `batch_id` (acknowledged with its commit version, or
+    /// refused), whichever context took the relay's answer.
+    pub fn settle_waiters(&self, batch_id: u64, result: Result<u64, ClientError>) {
+        let waiting = self.waiters.borrow_mut().remove(&batch_id);
+        for settle in waiting.into_iter().flatten() {
+            settle(result.clone());
+        }
     }
 
     /// The relay refused `batch_id`: roll it back and rebuild its documents.
@@ -618,12 +643,15 @@ impl Engine {
         batch_id: u64,
         error: ClientError,
     ) -> Result<(), ClientError> {
-        let names = {
-            let q = self.queue.borrow();
-            match q.iter().find(|b| b.id == batch_id) {
-                Some(b) => b.names(),
-                None => return Ok(()),
-            }
+        let found = self
+            .queue
+            .borrow()
+            .iter()
+            .find(|b| b.id == batch_id)
+            .map(Batch::names);
+        let Some(names) = found else {
+            self.settle_waiters(batch_id, Err(error));
+            return Ok(());
         };
         let guard = self.lock.lock().await;
         self.queue.borrow_mut().retain(|b| b.id != batch_id);
@@ -653,11 +681,10 @@ impl Engine {
         self.store.write(ops).await?;
         drop(guard);
         self.local_changed(&changed).await;
-        if let Some(w) = self.waiters.borrow_mut().remove(&batch_id) {
-            for settle in w {
-                settle(Err(error.clone()));
-            }
+        if let Some(hook) = self.on_settled.borrow().as_ref() {
+            hook(batch_id, &Err(error.clone()));
         }
+        self.settle_waiters(batch_id, Err(error));
         Ok(())
     }
 
@@ -1094,6 +1121,13 @@ impl Engine {
 
     /// Another tab changed these documents: re-read them and raise listeners.
     pub async fn external_change(self: &Rc<Self>, names: Vec<DocumentName>) {
+        // One at a time, in arrival order: a later notice's reads must not be overtaken by an
+        // earlier one's (its queue would then be stale, e.g. still holding an acknowledged
+        // batch).
+        let _turn = self.external.lock().await;
+        // And not while this context writes: a queue read begun before one of its own
+        // batches reached IndexedDB would drop that batch from memory.
+        let guard = self.lock.lock().await;
         let mut changed = Vec::new();
         for n in names {
             if let Ok(d) = self.local_doc(&n).await {
@@ -1114,6 +1148,7 @@ impl Engine {
             queue.sort_by_key(|b| b.id);
             *self.queue.borrow_mut() = queue;
         }
+        drop(guard);
         self.local_changed_without_broadcast(changed).await;
     }
 

@@ -59,3 +59,24 @@ impl From<crate::core::path::PathError> for ClientError {
         ClientError::invalid(e.to_string())
     }
 }
+
+/// The static code for a code's text (as passed between tabs): one of the relay's codes, one
+/// of the client's own, or `unknown`.
+pub fn code_of(text: &str) -> &'static str {
+    if let Some(c) = crate::core::protocol::ErrorCode::parse(text) {
+        return c.as_str();
+    }
+    [
+        "invalid-argument",
+        "unavailable",
+        "failed-precondition",
+        "resource-exhausted",
+        "data-loss",
+        "internal",
+        "aborted",
+        "cancelled",
+    ]
+    .into_iter()
+    .find(|c| *c == text)
+    .unwrap_or("unknown")
+}

@@ -49,7 +49,27 @@ impl Db {
         let on_message =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let Some(db) = weak.upgrade() else { return };
-                let Ok(list) = e.data().dyn_into::<js_sys::Array>() else {
+                let data = e.data();
+                // `{settled, version}` or `{settled, code, message}`: another context took
+                // the relay's answer to a batch this one may be waiting on.
+                if let Some(id) = Reflect::get(&data, &"settled".into())
+                    .ok()
+                    .and_then(|v| v.as_f64())
+                {
+                    let field = |k: &str| Reflect::get(&data, &k.into()).ok();
+                    let result = match field("code").and_then(|c| c.as_string()) {
+                        None => Ok(field("version").and_then(|v| v.as_f64()).unwrap_or(0.0) as u64),
+                        Some(code) => Err(ClientError::new(
+                            crate::client::error::code_of(&code),
+                            field("message")
+                                .and_then(|m| m.as_string())
+                                .unwrap_or_default(),
+                        )),
+                    };
+                    db.engine.settle_waiters(id as u64, result);
+                    return;
+                }
+                let Ok(list) = data.dyn_into::<js_sys::Array>() else {
                     return;
                 };
                 let names: Vec<DocumentName> = list
@@ -72,11 +92,30 @@ impl Db {
                     .collect();
                 let _ = post.post_message(&list);
             }));
+        let post = channel.clone();
+        *self.engine.on_settled.borrow_mut() = Some(Box::new(
+            move |id: u64, result: &Result<u64, ClientError>| {
+                let message = js_sys::Object::new();
+                let set = |k: &str, v: JsValue| {
+                    let _ = Reflect::set(&message, &k.into(), &v);
+                };
+                set("settled", JsValue::from_f64(id as f64));
+                match result {
+                    Ok(version) => set("version", JsValue::from_f64(*version as f64)),
+                    Err(e) => {
+                        set("code", JsValue::from_str(e.code));
+                        set("message", JsValue::from_str(&e.message));
+                    }
+                }
+                let _ = post.post_message(&message);
+            },
+        ));
         *self.channel.borrow_mut() = Some((channel, on_message));
     }
 
     fn unlink_tabs(&self) {
         *self.engine.on_local_change.borrow_mut() = None;
+        *self.engine.on_settled.borrow_mut() = None;
         if let Some((c, _)) = self.channel.borrow_mut().take() {
             c.set_onmessage(None);
             c.close();
