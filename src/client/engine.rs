@@ -580,12 +580,7 @@ impl Engine {
         batch_id: u64,
         version: u64,
     ) -> Result<(), ClientError> {
-        let found = self
-            .queue
-            .borrow()
-            .iter()
-            .find(|b| b.id == batch_id)
-            .map(Batch::names);
+        let found = self.queued_names(batch_id);
         let Some(names) = found else {
             // Another context (sharing the queue) already took this acknowledgement; the
             // stored batch goes too, should this context's queue have missed it.
@@ -628,6 +623,15 @@ impl Engine {
         Ok(())
     }
 
+    /// The documents batch `batch_id` writes, if it is in this context's queue.
+    fn queued_names(&self, batch_id: u64) -> Option<BTreeSet<DocumentName>> {
+        self.queue
+            .borrow()
+            .iter()
+            .find(|b| b.id == batch_id)
+            .map(Batch::names)
+    }
+
     /// Settles the promises waiting on `batch_id` (acknowledged with its commit version, or
     /// refused), whichever context took the relay's answer.
     pub fn settle_waiters(&self, batch_id: u64, result: Result<u64, ClientError>) {
@@ -643,12 +647,7 @@ impl Engine {
         batch_id: u64,
         error: ClientError,
     ) -> Result<(), ClientError> {
-        let found = self
-            .queue
-            .borrow()
-            .iter()
-            .find(|b| b.id == batch_id)
-            .map(Batch::names);
+        let found = self.queued_names(batch_id);
         let Some(names) = found else {
             self.settle_waiters(batch_id, Err(error));
             return Ok(());
