@@ -88,6 +88,15 @@ impl Rng {
     }
 }
 
+/// Waits for a raw transaction to complete (panics if it aborts).
+async fn raw_done(tx: &web_sys::IdbTransaction) {
+    let done = Promise::new(&mut |resolve, reject| {
+        tx.set_oncomplete(Some(&resolve));
+        tx.set_onabort(Some(&reject));
+    });
+    JsFuture::from(done).await.unwrap();
+}
+
 /// The raw `IDBOpenDBRequest` result, awaited through a JS promise (a connection this test
 /// holds without any `versionchange` handler, like an old tab would).
 async fn raw_open(name: &str, version: u32) -> web_sys::IdbDatabase {
@@ -707,11 +716,7 @@ async fn bench_writes_and_short_scans() {
                 .put_with_key(&record, &js_sys::Uint8Array::from(&key[..]))
                 .unwrap();
         }
-        let done = Promise::new(&mut |resolve, reject| {
-            tx.set_oncomplete(Some(&resolve));
-            tx.set_onabort(Some(&reject));
-        });
-        JsFuture::from(done).await.unwrap();
+        raw_done(&tx).await;
     }
     let raw = now_ms() - started;
     console_log!(
@@ -825,11 +830,7 @@ async fn schema_1_upgrades_keeping_documents() {
         .unwrap()
         .put_with_key(&JsValue::from(0), &js_sys::Uint8Array::from(&b"e/1"[..]))
         .unwrap();
-    let done = Promise::new(&mut |resolve, reject| {
-        tx.set_oncomplete(Some(&resolve));
-        tx.set_onabort(Some(&reject));
-    });
-    JsFuture::from(done).await.unwrap();
+    raw_done(&tx).await;
     db.close();
 
     let s = IdbStore::open("t-migrate").await.unwrap();

@@ -684,28 +684,47 @@ async fn connect_many(
     n: usize,
     concurrency: usize,
 ) -> (Vec<Client>, Vec<String>) {
+    let (url, t) = (url.to_owned(), t.clone());
+    open_many(prefix, n, concurrency, move |id| {
+        let (url, t) = (url.clone(), t.clone());
+        async move { connect(&url, &t, id).await }
+    })
+    .await
+}
+
+/// `n` of whatever `open` opens (given the client id `{prefix}-{i}`), `concurrency` at a
+/// time: the opened ones in index order, and the errors.
+async fn open_many<T, F, Fut>(
+    prefix: &str,
+    n: usize,
+    concurrency: usize,
+    open: F,
+) -> (Vec<T>, Vec<String>)
+where
+    T: Send + 'static,
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+{
     let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut set = JoinSet::new();
     for i in 0..n {
         let sem = sem.clone();
-        let url = url.to_owned();
-        let t = t.clone();
-        let id = format!("{prefix}-{i}");
+        let opening = open(format!("{prefix}-{i}"));
         set.spawn(async move {
             let _permit = sem.acquire_owned().await.expect("semaphore open");
-            (i, connect(&url, &t, id).await)
+            (i, opening.await)
         });
     }
-    let mut clients: Vec<Option<Client>> = (0..n).map(|_| None).collect();
+    let mut opened: Vec<Option<T>> = (0..n).map(|_| None).collect();
     let mut errors = Vec::new();
     while let Some(r) = set.join_next().await {
         match r {
-            Ok((i, Ok(c))) => clients[i] = Some(c),
+            Ok((i, Ok(c))) => opened[i] = Some(c),
             Ok((_, Err(e))) => errors.push(e.to_string()),
             Err(e) => errors.push(e.to_string()),
         }
     }
-    (clients.into_iter().flatten().collect(), errors)
+    (opened.into_iter().flatten().collect(), errors)
 }
 
 async fn ping_baseline(c: &Client, n: usize) -> Json {
@@ -1283,30 +1302,16 @@ async fn lean_connect_many(
     n: usize,
     concurrency: usize,
 ) -> (Vec<LeanListener>, Vec<String>) {
-    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
-    let mut set = JoinSet::new();
-    for i in 0..n {
-        let sem = sem.clone();
-        let url = url.to_owned();
-        let t = t.clone();
-        let id = format!("{prefix}-{i}");
-        set.spawn(async move {
-            let _permit = sem.acquire_owned().await.expect("semaphore open");
+    let (url, t) = (url.to_owned(), t.clone());
+    open_many(prefix, n, concurrency, move |id| {
+        let (url, t) = (url.clone(), t.clone());
+        async move {
             LeanListener::open(&url, &t, id.clone())
                 .await
                 .map_err(|e| anyhow!("connecting {id} to {url}: {e}"))
-        });
-    }
-    let mut out = Vec::with_capacity(n);
-    let mut errors = Vec::new();
-    while let Some(r) = set.join_next().await {
-        match r {
-            Ok(Ok(l)) => out.push(l),
-            Ok(Err(e)) => errors.push(e.to_string()),
-            Err(e) => errors.push(e.to_string()),
         }
-    }
-    (out, errors)
+    })
+    .await
 }
 
 async fn fanout(t: &TargetArgs, a: FanoutArgs) -> Result<()> {

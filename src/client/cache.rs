@@ -50,10 +50,9 @@ pub const TARGET: f64 = 0.75;
 pub struct Cache {
     /// `None`: no limit (or no relay).
     budget: Option<u64>,
-    /// Bytes stored, an overestimate: the last exact size plus every write since.
+    /// Bytes stored, an overestimate: the last exact size plus every write since (0 until
+    /// the first collection, which runs shortly after open, measures it).
     estimate: Cell<u64>,
-    /// Whether the estimate has been measured since open.
-    measured: Cell<bool>,
     recent: RefCell<VecDeque<DocumentName>>,
     running: Cell<bool>,
 }
@@ -63,7 +62,6 @@ impl Cache {
         Cache {
             budget,
             estimate: Cell::new(0),
-            measured: Cell::new(false),
             recent: RefCell::new(VecDeque::new()),
             running: Cell::new(false),
         }
@@ -79,7 +77,7 @@ impl Cache {
             return false;
         };
         self.estimate.set(self.estimate.get().saturating_add(bytes));
-        self.estimate.get() > budget || !self.measured.get()
+        self.estimate.get() > budget
     }
 
     /// Remembers documents a read returned (they are held while recent).
@@ -108,7 +106,6 @@ impl Cache {
     pub fn end(&self, exact: Option<u64>) {
         if let Some(bytes) = exact {
             self.estimate.set(bytes);
-            self.measured.set(true);
         }
         self.running.set(false);
     }

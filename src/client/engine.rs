@@ -921,7 +921,8 @@ impl Engine {
             return;
         }
         let mut refill = Vec::new();
-        {
+        // Without listeners (a bulk load) there is no metadata to compute.
+        if !self.listeners.borrow().is_empty() {
             let pending_names = self.pending_names();
             let mut ls = self.listeners.borrow_mut();
             for (id, l) in ls.iter_mut() {

@@ -60,23 +60,8 @@ impl From<crate::core::path::PathError> for ClientError {
     }
 }
 
-/// The static code for a code's text (as passed between tabs): one of the relay's codes, one
-/// of the client's own, or `unknown`.
+/// The static code for a code's text (as passed between tabs): one of the protocol's codes,
+/// which the client's own errors use too, or `unknown`.
 pub fn code_of(text: &str) -> &'static str {
-    if let Some(c) = crate::core::protocol::ErrorCode::parse(text) {
-        return c.as_str();
-    }
-    [
-        "invalid-argument",
-        "unavailable",
-        "failed-precondition",
-        "resource-exhausted",
-        "data-loss",
-        "internal",
-        "aborted",
-        "cancelled",
-    ]
-    .into_iter()
-    .find(|c| *c == text)
-    .unwrap_or("unknown")
+    crate::core::protocol::ErrorCode::parse(text).map_or("unknown", |c| c.as_str())
 }

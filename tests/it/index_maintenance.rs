@@ -10,8 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hearth::core::document::Document;
 use hearth::core::encoding::document::decode_document;
 use hearth::core::index::config::{
-    CompositeIndexSpec, FieldMode, FieldOverrideSpec, IndexFieldSpec, IndexFile, OverrideIndexSpec,
-    QueryScope,
+    FieldMode, FieldOverrideSpec, IndexFile, OverrideIndexSpec, QueryScope,
 };
 use hearth::core::index::def::{IndexCatalog, IndexDef};
 use hearth::core::index::keys::{decode_entry, document_entries, document_key, index_diff};
@@ -46,16 +45,7 @@ fn names() -> Vec<DocumentName> {
 
 /// Values that collide in the index order (1 vs 1.0, 0 vs -0.0, NaN) next to anything at all.
 fn arb_leaf_value() -> BoxedStrategy<Value> {
-    let hot = select(vec![
-        Value::Null,
-        Value::Integer(0),
-        Value::Integer(1),
-        Value::Double(0.0),
-        Value::Double(-0.0),
-        Value::Double(1.0),
-        Value::Double(f64::NAN),
-        Value::from("a"),
-    ]);
+    let hot = select(crate::query_model::hot_pool());
     prop_oneof![
         3 => hot.clone(),
         2 => vec(hot, 0..4).prop_map(Value::Array),
@@ -98,19 +88,7 @@ fn arb_op() -> impl Strategy<Value = (DocumentName, Option<Map>)> {
     (select(names()), prop::option::weighted(0.8, arb_fields()))
 }
 
-fn composite(group: &str, scope: QueryScope, fields: &[(&str, FieldMode)]) -> CompositeIndexSpec {
-    CompositeIndexSpec {
-        collection_group: group.to_owned(),
-        query_scope: scope,
-        fields: fields
-            .iter()
-            .map(|(f, mode)| IndexFieldSpec {
-                field_path: field(f),
-                mode: *mode,
-            })
-            .collect(),
-    }
-}
+use crate::query_model::composite;
 
 fn exemption(group: &str, path: &str, indexes: &[(FieldMode, QueryScope)]) -> FieldOverrideSpec {
     FieldOverrideSpec {

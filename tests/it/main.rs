@@ -8,5 +8,6 @@ mod mutations;
 mod plans;
 mod protocol;
 mod query_model;
+mod seed_catalogs;
 mod seed_instruments;
 mod strategies;

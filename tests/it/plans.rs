@@ -4,7 +4,7 @@
 use expect_test::{expect, Expect};
 use hearth::core::encoding::key::Direction::{Ascending, Descending};
 use hearth::core::index::config::{
-    parse_index_file, FieldMode, FieldOverrideSpec, IndexFile, OverrideIndexSpec, QueryScope,
+    FieldMode, FieldOverrideSpec, IndexFile, OverrideIndexSpec, QueryScope,
 };
 use hearth::core::index::def::IndexCatalog;
 use hearth::core::path::{CollectionPath, FieldPath};
@@ -13,32 +13,7 @@ use hearth::core::query::plan::plan;
 use hearth::core::query::validate::validate;
 use hearth::core::value::Value;
 
-fn fixture(name: &str) -> IndexFile {
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/indexes/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("fixture exists");
-    parse_index_file(&text).expect("fixture parses")
-}
-
-/// Seed 000 before sharding: its composites and the `timestamp` exemption.
-fn seed_catalog() -> IndexCatalog {
-    let mut file = fixture("delete_timestamp_indexes.json");
-    file.field_overrides = fixture("disable_timestamp_field.json").field_overrides;
-    IndexCatalog::from_file(&file)
-}
-
-/// Seed 000 sharded: the shard composites, `timestamp` and `shard` exempted.
-fn sharded_catalog() -> IndexCatalog {
-    let mut file = fixture("sharded_timestamps.json");
-    let mut overrides = fixture("disable_timestamp_field.json").field_overrides;
-    let mut shard = overrides[0].clone();
-    shard.field_path = FieldPath::parse("shard").expect("valid");
-    overrides.push(shard);
-    file.field_overrides = overrides;
-    IndexCatalog::from_file(&file)
-}
+use crate::seed_catalogs::{sharded_catalog, unsharded_catalog as seed_catalog};
 
 /// Automatic indexes, plus collection-group indexes on `a`.
 fn auto_catalog() -> IndexCatalog {

@@ -29,7 +29,9 @@ use hearth::core::value::Value;
 use proptest::collection::vec;
 use proptest::prelude::*;
 
+pub(crate) use engine::composite;
 use engine::*;
+pub(crate) use generate::hot_pool;
 use generate::*;
 use reference::*;
 pub(crate) use reference::{cmp_names, ref_cmp, strict_eq};

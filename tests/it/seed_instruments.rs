@@ -3,7 +3,7 @@
 
 use hearth::core::document::Document;
 use hearth::core::encoding::key::Direction::Descending;
-use hearth::core::index::config::{parse_index_file, IndexFile};
+use hearth::core::index::config::parse_index_file;
 use hearth::core::index::def::IndexCatalog;
 use hearth::core::kv::{block_on_ready, MemStore};
 use hearth::core::path::CollectionPath;
@@ -13,32 +13,7 @@ use hearth::core::query::plan::plan;
 use hearth::core::query::validate::{validate, QueryError};
 use hearth::core::value::{Map, Timestamp, Value};
 
-fn fixture(name: &str) -> IndexFile {
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/indexes/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    parse_index_file(&text).unwrap()
-}
-
-/// The seed's composite indexes (before sharding) plus its timestamp exemption.
-fn unsharded_catalog() -> IndexCatalog {
-    let mut file = fixture("delete_timestamp_indexes.json");
-    file.field_overrides = fixture("disable_timestamp_field.json").field_overrides;
-    IndexCatalog::from_file(&file)
-}
-
-/// The seed's new sharded indexes plus its exemptions of `timestamp` and `shard`.
-fn sharded_catalog() -> IndexCatalog {
-    let mut file = fixture("sharded_timestamps.json");
-    let mut overrides = fixture("disable_timestamp_field.json").field_overrides;
-    let mut shard = overrides[0].clone();
-    shard.field_path = hearth::core::path::FieldPath::parse("shard").unwrap();
-    overrides.push(shard);
-    file.field_overrides = overrides;
-    IndexCatalog::from_file(&file)
-}
+use crate::seed_catalogs::{sharded_catalog, unsharded_catalog};
 
 fn instrument(
     symbol: &str,

@@ -604,21 +604,8 @@ fn operator_tag(op: Operator) -> u8 {
         .expect("every operator is in OPERATORS") as u8
 }
 
-/// Error codes in wire order: the tag is the position.
-const ERROR_CODES: [ErrorCode; 12] = [
-    ErrorCode::InvalidArgument,
-    ErrorCode::NotFound,
-    ErrorCode::AlreadyExists,
-    ErrorCode::PermissionDenied,
-    ErrorCode::Unauthenticated,
-    ErrorCode::FailedPrecondition,
-    ErrorCode::Aborted,
-    ErrorCode::ResourceExhausted,
-    ErrorCode::Unavailable,
-    ErrorCode::Unimplemented,
-    ErrorCode::Internal,
-    ErrorCode::DataLoss,
-];
+/// Error codes in wire order: the tag is the position in `ErrorCode::ALL`.
+const ERROR_CODES: [ErrorCode; 12] = ErrorCode::ALL;
 
 fn error_code_tag(code: ErrorCode) -> u8 {
     ERROR_CODES

@@ -167,7 +167,8 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in declaration order.
+    /// Every code, in declaration order, which is also their wire order (the codec's tag is
+    /// the position here, `docs/protocol.md` §7): append, never reorder.
     pub const ALL: [ErrorCode; 12] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,

@@ -201,8 +201,17 @@ pub(crate) fn base_file(exempt: &[&str]) -> IndexFile {
 }
 
 pub(crate) fn spec(scope: QueryScope, fields: &[(&str, FieldMode)]) -> CompositeIndexSpec {
+    composite("items", scope, fields)
+}
+
+/// A composite index entry of collection group `group`.
+pub(crate) fn composite(
+    group: &str,
+    scope: QueryScope,
+    fields: &[(&str, FieldMode)],
+) -> CompositeIndexSpec {
     CompositeIndexSpec {
-        collection_group: "items".to_owned(),
+        collection_group: group.to_owned(),
         query_scope: scope,
         fields: fields
             .iter()
