@@ -10,19 +10,25 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, State};
-use axum::http::StatusCode;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
-use tokio::sync::{mpsc, watch, Semaphore};
+use futures_util::StreamExt;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Semaphore};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 
 use super::auth::AuthContext;
 use super::commit::{WriteError, WriteRequest};
-use super::fanout::{Frames, Outbound, Start};
+use super::fanout::Start;
+use super::outbound::{Outbound, WsIo};
 use super::store::valid_database_name;
 use super::{Database, Relay};
 use crate::core::kv::block_on_ready;
@@ -119,25 +125,84 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Whether a header lists `token` (comma-separated, any case).
+fn header_has(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    })
+}
+
+/// The WebSocket handshake (RFC 6455 §4.2). The upgraded connection is served on the bare
+/// TCP socket: its frames are written in place ([`Outbound`]), and a WebSocket reader
+/// decodes what the client sends.
 async fn upgrade(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ws: WebSocketUpgrade,
+    mut req: Request,
 ) -> Response {
+    let h = req.headers();
+    if req.method() != Method::GET
+        || !header_has(h, header::CONNECTION, "upgrade")
+        || !header_has(h, header::UPGRADE, "websocket")
+    {
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            [(header::UPGRADE, "websocket")],
+            "this endpoint speaks WebSocket only\n",
+        )
+            .into_response();
+    }
+    if h.get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            [(header::SEC_WEBSOCKET_VERSION, "13")],
+            "WebSocket version 13 is required\n",
+        )
+            .into_response();
+    }
+    let Some(key) = h.get(header::SEC_WEBSOCKET_KEY) else {
+        return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is missing\n").into_response();
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "this connection cannot be upgraded\n",
+        )
+            .into_response();
+    };
     let Ok(permit) = s.slots.clone().try_acquire_owned() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
     };
-    ws.max_message_size(MAX_FRAME_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .read_buffer_size(4096)
-        .write_buffer_size(64 << 10)
-        .on_upgrade(move |socket| async move {
-            let relay = s.relay.clone();
-            relay.metrics.connection_opened();
-            Connection::serve(relay.clone(), socket, s.stop.clone(), peer).await;
-            relay.metrics.connection_closed();
-            drop(permit);
-        })
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "WebSocket upgrade failed");
+                return;
+            }
+        };
+        let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+            tracing::error!(%peer, "an upgraded connection is not a TCP stream");
+            return;
+        };
+        let relay = s.relay.clone();
+        relay.metrics.connection_opened();
+        let tcp = parts.io.into_inner();
+        Connection::serve(relay.clone(), tcp, parts.read_buf, s.stop.clone(), peer).await;
+        relay.metrics.connection_closed();
+        drop(permit);
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 fn now_unix() -> u64 {
@@ -175,14 +240,43 @@ struct Connection {
     writes: tokio::task::JoinSet<()>,
 }
 
+/// Sends `reply` and closes: the end of a connection refused at its handshake.
+async fn refuse(out: &Outbound, reply: Bytes) {
+    out.send(reply);
+    out.close(false);
+    let _ = tokio::time::timeout(Duration::from_secs(5), out.flush()).await;
+}
+
 impl Connection {
     async fn serve(
         relay: Arc<Relay>,
-        socket: WebSocket,
+        tcp: TcpStream,
+        read_buf: Bytes,
         mut stop: watch::Receiver<bool>,
         peer: SocketAddr,
     ) {
-        let (mut sink, mut stream) = socket.split();
+        let id = relay.next_connection_id();
+        let (read, write) = tcp.into_split();
+        let out = Outbound::new(
+            id,
+            write,
+            relay.config.max_outbound_bytes,
+            relay.metrics.clone(),
+        );
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_FRAME_BYTES))
+            .max_frame_size(Some(MAX_FRAME_BYTES))
+            .read_buffer_size(4096);
+        let mut stream = WebSocketStream::from_partially_read(
+            WsIo {
+                read,
+                out: out.clone(),
+            },
+            read_buf.to_vec(),
+            Role::Server,
+            Some(config),
+        )
+        .await;
         // Handshake: the first frame must be a Hello, within ten seconds.
         let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
         let hello = match first {
@@ -199,72 +293,42 @@ impl Connection {
             }) => {
                 if protocol_version != PROTOCOL_VERSION {
                     let msg = format!("protocol version {protocol_version} is not supported; this relay speaks {PROTOCOL_VERSION}");
-                    let _ = sink
-                        .send(Message::Binary(reject(ErrorCode::FailedPrecondition, msg)))
-                        .await;
-                    let _ = sink.close().await;
+                    refuse(&out, reject(ErrorCode::FailedPrecondition, msg)).await;
                     return;
                 }
                 (database, client_id, token)
             }
             Ok(_) => {
-                let _ = sink
-                    .send(Message::Binary(reject(
-                        ErrorCode::FailedPrecondition,
-                        "the first message must be a Hello".into(),
-                    )))
-                    .await;
-                let _ = sink.close().await;
+                let msg = "the first message must be a Hello".into();
+                refuse(&out, reject(ErrorCode::FailedPrecondition, msg)).await;
                 return;
             }
             Err(e) => {
                 relay.metrics.protocol_error("malformed");
-                let _ = sink
-                    .send(Message::Binary(reject(
-                        ErrorCode::InvalidArgument,
-                        format!("malformed frame: {e}"),
-                    )))
-                    .await;
-                let _ = sink.close().await;
+                let msg = format!("malformed frame: {e}");
+                refuse(&out, reject(ErrorCode::InvalidArgument, msg)).await;
                 return;
             }
         };
         if !valid_database_name(&database) || client_id.is_empty() || client_id.len() > 256 {
             let msg = format!("invalid database name `{database}` or client id: a database name is 1 to 64 of [A-Za-z0-9_-], a client id 1 to 256 bytes");
-            let _ = sink
-                .send(Message::Binary(reject(ErrorCode::InvalidArgument, msg)))
-                .await;
-            let _ = sink.close().await;
+            refuse(&out, reject(ErrorCode::InvalidArgument, msg)).await;
             return;
         }
         let auth = match relay.auth.verify(&token, now_unix()) {
             Ok(a) => a,
             Err(e) => {
-                let _ = sink
-                    .send(Message::Binary(reject(
-                        ErrorCode::Unauthenticated,
-                        e.to_string(),
-                    )))
-                    .await;
-                let _ = sink.close().await;
+                refuse(&out, reject(ErrorCode::Unauthenticated, e.to_string())).await;
                 return;
             }
         };
         let db = match relay.database(&database) {
             Ok(db) => db,
             Err(e) => {
-                let _ = sink
-                    .send(Message::Binary(reject(
-                        ErrorCode::Unavailable,
-                        e.to_string(),
-                    )))
-                    .await;
-                let _ = sink.close().await;
+                refuse(&out, reject(ErrorCode::Unavailable, e.to_string())).await;
                 return;
             }
         };
-        let id = relay.next_connection_id();
-        let (out, rx) = Outbound::new(id, relay.config.max_outbound_bytes);
         let welcome = ServerMessage::Welcome {
             protocol_version: PROTOCOL_VERSION,
             version: db.fanout.published.load(Ordering::Acquire),
@@ -274,14 +338,7 @@ impl Connection {
         out.send_message(&welcome);
         tracing::debug!(conn = id, %peer, database = %database, "connection open");
         let (closing_tx, closing_rx) = watch::channel(false);
-        let writer = tokio::spawn(writer(
-            sink,
-            rx,
-            out.clone(),
-            db.clone(),
-            relay.clone(),
-            closing_rx,
-        ));
+        let flusher = tokio::spawn(flusher(out.clone(), db.clone(), relay.clone(), closing_rx));
         let mut conn = Connection {
             relay: relay.clone(),
             id,
@@ -293,6 +350,8 @@ impl Connection {
         };
         let overflow = out.overflow();
         tokio::pin!(overflow);
+        // Whether the client closed (the reader answered its Close already).
+        let mut peer_closed = false;
         loop {
             tokio::select! {
                 _ = &mut overflow => break,
@@ -303,13 +362,16 @@ impl Connection {
                                 break;
                             }
                         }
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                        Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                         Some(Ok(Message::Text(_))) => {
                             relay.metrics.protocol_error("text_frame");
                             out.send_message(&error(0, 0, ErrorCode::InvalidArgument, "text frames are not part of the protocol: send binary frames"));
                             break;
                         }
-                        Some(Ok(Message::Close(_))) | None => break,
+                        Some(Ok(Message::Close(_))) | None => {
+                            peer_closed = true;
+                            break;
+                        }
                         Some(Err(e)) => {
                             relay.metrics.protocol_error("transport");
                             out.send_message(&error(0, 0, ErrorCode::InvalidArgument, format!("bad frame: {e}")));
@@ -329,8 +391,8 @@ impl Connection {
         for _ in 0..n {
             relay.metrics.listen_stopped(&db.name);
         }
-        let _ = closing_tx.send(true);
-        let _ = writer.await;
+        let _ = closing_tx.send(peer_closed);
+        let _ = flusher.await;
         tracing::debug!(conn = id, "connection closed");
     }
 
@@ -649,14 +711,13 @@ impl Connection {
     }
 }
 
-/// Most queue entries written before one flush.
-const MAX_BATCH: usize = 256;
+/// How long a closing connection may take to write what is left.
+const CLOSE_FLUSH: Duration = Duration::from_secs(5);
 
-/// Sends queued frames, heartbeats when idle, and closes the socket when asked or when the
-/// connection overflowed.
-async fn writer(
-    mut sink: futures_util::stream::SplitSink<WebSocket, Message>,
-    mut rx: mpsc::UnboundedReceiver<Frames>,
+/// Writes the backlog as the socket drains, sends heartbeats when the connection is idle,
+/// and closes it when asked (`closing` carries whether the client closed first) or when it
+/// overflowed.
+async fn flusher(
     out: Outbound,
     db: Arc<Database>,
     relay: Arc<Relay>,
@@ -665,90 +726,49 @@ async fn writer(
     let heartbeat = relay.config.heartbeat;
     let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Whether anything went out since the last tick: a heartbeat goes out on a tick that
-    // finds the connection silent for a whole interval (no clock read per flush).
-    let mut sent_since_tick = true;
     let overflow = out.overflow();
     tokio::pin!(overflow);
-    // Made once: a fresh `changed()` per wake-up would register with the channel each time.
-    let closed = async move {
-        let _ = closing.changed().await;
+    let abandon = |out: &Outbound| {
+        relay.metrics.slow_consumer_dropped();
+        out.abandon(Bytes::from(encode_server(&error(
+            0,
+            0,
+            ErrorCode::ResourceExhausted,
+            "slow consumer: too many undelivered changes; reconnect and resume from your last snapshot version",
+        ))));
     };
-    tokio::pin!(closed);
-    let mut batch: Vec<Frames> = Vec::new();
     loop {
-        if out.is_overflowed() {
-            relay.metrics.slow_consumer_dropped();
-            let msg = encode_server(&error(
-                0,
-                0,
-                ErrorCode::ResourceExhausted,
-                "slow consumer: too many undelivered changes; reconnect and resume from your last snapshot version",
-            ));
-            let _ = sink.send(Message::Binary(Bytes::from(msg))).await;
-            break;
-        }
         tokio::select! {
             biased;
-            n = rx.recv_many(&mut batch, MAX_BATCH) => {
-                if n == 0 {
-                    break;
-                }
-                // Everything already queued goes out in one flush (a fan-out round queues a
-                // connection's deltas and its snapshot together).
-                let len: usize = batch.iter().map(Frames::len).sum();
-                let send_all = async {
-                    for f in batch.drain(..) {
-                        sink.feed(Message::Binary(f.first)).await?;
-                        if let Some(second) = f.second {
-                            sink.feed(Message::Binary(second)).await?;
-                        }
-                    }
-                    sink.flush().await
-                };
-                // A peer that stopped reading blocks this send; overflow abandons it.
-                let res = tokio::select! {
-                    r = send_all => r,
-                    _ = &mut overflow => {
-                        relay.metrics.slow_consumer_dropped();
-                        return;
-                    }
-                };
-                out.sent(len);
-                if res.is_err() {
-                    break;
-                }
-                sent_since_tick = true;
-            }
-            _ = &mut closed => {
-                // Flush what is queued, then close.
-                'flush: while let Ok(f) = rx.try_recv() {
-                    let len = f.len();
-                    for frame in std::iter::once(f.first).chain(f.second) {
-                        if sink.send(Message::Binary(frame)).await.is_err() {
-                            break 'flush;
-                        }
-                    }
-                    out.sent(len);
-                }
+            _ = &mut overflow => {
+                abandon(&out);
                 break;
             }
-            _ = tick.tick() => {
-                if !std::mem::take(&mut sent_since_tick) {
-                    let version = db.fanout.published.load(Ordering::Acquire);
-                    let hb = encode_server(&ServerMessage::Heartbeat { version, nonce: 0 });
-                    if sink.send(Message::Binary(Bytes::from(hb))).await.is_err() {
+            _ = out.backlogged() => {
+                // A peer that stopped reading blocks this; overflow abandons it.
+                tokio::select! {
+                    r = out.flush() => if r.is_err() {
+                        return;
+                    },
+                    _ = &mut overflow => {
+                        abandon(&out);
                         break;
                     }
                 }
             }
+            r = closing.changed() => {
+                let peer_closed = r.is_ok() && *closing.borrow();
+                out.close(peer_closed);
+                break;
+            }
+            _ = tick.tick() => {
+                // A heartbeat on a tick that finds the connection silent for a whole interval.
+                if !out.take_wrote() {
+                    let version = db.fanout.published.load(Ordering::Acquire);
+                    out.send_message(&ServerMessage::Heartbeat { version, nonce: 0 });
+                }
+            }
         }
     }
-    let _ = sink
-        .send(Message::Close(Some(CloseFrame {
-            code: 1000,
-            reason: "closing".into(),
-        })))
-        .await;
-    let _ = sink.close().await;
+    let _ = tokio::time::timeout(CLOSE_FLUSH, out.flush()).await;
 }

@@ -1,148 +1,33 @@
 //! Real-time fan-out: listened queries, grouped by identical query, kept current by the
-//! committed changes, with deltas pushed to every subscriber's outbound queue.
+//! committed changes, with deltas written to every subscriber's connection.
 //!
 //! Identical queries (same database, same encoded query) share one [`View`], so a change is
 //! matched once and its frame encoded once however many clients listen; each subscriber's
 //! frame differs only in its target id, and subscribers with the same target id share the
 //! bytes. After the deltas of a round of commits, every affected connection gets one
 //! `Snapshot{version}`: the point at which all its targets are consistent. A connection with
-//! a single target gets its delta and snapshot as one queue entry (one wake-up of its
-//! writer). Unlisten and connection close are O(1) per target: each target knows its
-//! group and its index in the group's subscriber list.
+//! a single target gets its delta and snapshot in one write (one system call). Unlisten and
+//! connection close are O(1) per target: each target knows its group and its index in the
+//! group's subscriber list.
 //!
-//! Architecture invariant: frames for one connection are queued under the database's fan-out
+//! Architecture invariant: frames for one connection are written under the database's fan-out
 //! lock, so a target's initial result always precedes its deltas, and deltas follow commit
 //! order.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use super::commit::Committed;
+pub use super::outbound::Outbound;
 use crate::core::document::Document;
 use crate::core::protocol::codec::{encode_query, encode_server};
 use crate::core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
 use crate::core::query::model::Query;
 use crate::core::query::validate::QueryError;
 use crate::core::query::view::{ChangeType, DocChange, View};
-
-/// What a connection's writer takes off its queue at once: one frame, or a delta and the
-/// `Snapshot` that makes it visible (one queue push and one wake-up for both).
-pub struct Frames {
-    pub first: Bytes,
-    pub second: Option<Bytes>,
-}
-
-impl Frames {
-    pub fn len(&self) -> usize {
-        self.first.len() + self.second.as_ref().map_or(0, |b| b.len())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-struct OutShared {
-    tx: mpsc::UnboundedSender<Frames>,
-    queued: AtomicUsize,
-    overflowed: AtomicBool,
-    /// Fires once when the connection overflows, so a writer blocked on a stalled socket
-    /// and a reader waiting for frames both stop.
-    overflow_signal: tokio::sync::watch::Sender<bool>,
-    max_bytes: usize,
-    /// Targets this connection listens to (changed only under the fan-out lock).
-    targets: AtomicUsize,
-    /// The last version published to this connection's targets in `publish` (only under the
-    /// fan-out lock): marks it as owed a `Snapshot` once per round.
-    round: AtomicU64,
-}
-
-/// A connection's outbound queue, bounded in bytes: past the bound the connection is marked
-/// overflowed and its writer drops it (the client resumes from its last snapshot). Clones
-/// share the queue (one reference count).
-#[derive(Clone)]
-pub struct Outbound {
-    pub conn: u64,
-    shared: Arc<OutShared>,
-}
-
-impl Outbound {
-    pub fn new(conn: u64, max_bytes: usize) -> (Outbound, mpsc::UnboundedReceiver<Frames>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (
-            Outbound {
-                conn,
-                shared: Arc::new(OutShared {
-                    tx,
-                    queued: AtomicUsize::new(0),
-                    overflowed: AtomicBool::new(false),
-                    overflow_signal: tokio::sync::watch::channel(false).0,
-                    max_bytes,
-                    targets: AtomicUsize::new(0),
-                    round: AtomicU64::new(0),
-                }),
-            },
-            rx,
-        )
-    }
-
-    /// Queues frames; false when the connection is gone or overflowed.
-    fn push(&self, frames: Frames) -> bool {
-        let s = &*self.shared;
-        if s.overflowed.load(Ordering::Relaxed) {
-            return false;
-        }
-        let len = frames.len();
-        if s.queued.fetch_add(len, Ordering::Relaxed) + len > s.max_bytes {
-            s.overflowed.store(true, Ordering::Relaxed);
-            s.overflow_signal.send_replace(true);
-            return false;
-        }
-        s.tx.send(frames).is_ok()
-    }
-
-    /// Queues a frame; false when the connection is gone or overflowed.
-    pub fn send(&self, frame: Bytes) -> bool {
-        self.push(Frames {
-            first: frame,
-            second: None,
-        })
-    }
-
-    pub fn send_message(&self, m: &ServerMessage) -> bool {
-        self.send(Bytes::from(encode_server(m)))
-    }
-
-    /// The writer took `len` bytes of frames off the queue.
-    pub fn sent(&self, len: usize) {
-        self.shared.queued.fetch_sub(len, Ordering::Relaxed);
-    }
-
-    pub fn queued_bytes(&self) -> usize {
-        self.shared.queued.load(Ordering::Relaxed)
-    }
-
-    /// Resolves when the connection has overflowed.
-    pub fn overflow(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut rx = self.shared.overflow_signal.subscribe();
-        async move {
-            let _ = rx.wait_for(|v| *v).await;
-        }
-    }
-
-    pub fn is_overflowed(&self) -> bool {
-        self.shared.overflowed.load(Ordering::Relaxed)
-    }
-
-    /// Marks the connection as owed a `Snapshot` at `version`; false if it already was.
-    fn owe_snapshot(&self, version: u64) -> bool {
-        self.shared.round.swap(version, Ordering::Relaxed) != version
-    }
-}
 
 struct Subscriber {
     target_id: u32,
@@ -187,7 +72,7 @@ impl Inner {
         if let Some(g) = self.groups.get_mut(&slot.key[..]) {
             let removed = g.subscribers.swap_remove(slot.index);
             debug_assert!(removed.out.conn == conn && removed.target_id == target_id);
-            removed.out.shared.targets.fetch_sub(1, Ordering::Relaxed);
+            removed.out.targets().fetch_sub(1, Ordering::Relaxed);
             if let Some(moved) = g.subscribers.get(slot.index) {
                 if let Some(m) = self.by_target.get_mut(&(moved.out.conn, moved.target_id)) {
                     m.index = slot.index;
@@ -297,6 +182,74 @@ fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
         .collect()
 }
 
+/// Subscribers from which one part's writes are split across threads.
+const PARALLEL_FROM: usize = 2048;
+
+/// How many threads write a part to `subscribers` subscribers.
+fn writers_for(subscribers: usize) -> usize {
+    if subscribers < PARALLEL_FROM {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(subscribers / (PARALLEL_FROM / 2)).clamp(1, 8)
+}
+
+/// One part of a group's changes in a fan-out round.
+struct Round<'a> {
+    /// The TargetChange frame encoded with target id 0.
+    template: &'a [u8],
+    /// The round's last part: a connection's `Snapshot` follows it.
+    last_part: bool,
+    snapshot: &'a Bytes,
+    version: u64,
+}
+
+impl Round<'_> {
+    /// Writes the part to `subs`; adds the connections owed a `Snapshot` after the round to
+    /// `affected`. Returns the number of frames written.
+    ///
+    /// A connection with a single target gets its frame and its `Snapshot` in one write.
+    /// Subscribers sharing a target id share the frame's bytes.
+    fn deliver(&self, subs: &[Subscriber], affected: &mut Vec<Outbound>) -> usize {
+        let mut frames = 0;
+        let mut retargeted: Vec<(u32, Bytes)> = Vec::new();
+        for s in subs {
+            let frame = match retargeted.iter().find(|(t, _)| *t == s.target_id) {
+                Some((_, b)) => b.clone(),
+                None => {
+                    let b = retarget(self.template, s.target_id);
+                    if retargeted.len() < RETARGET_CACHE {
+                        retargeted.push((s.target_id, b.clone()));
+                    }
+                    b
+                }
+            };
+            if !self.last_part {
+                if s.out.send(frame) {
+                    frames += 1;
+                }
+                continue;
+            }
+            let solo = s.out.targets().load(Ordering::Relaxed) == 1;
+            let owed = s.out.owe_snapshot(self.version);
+            if solo && owed {
+                // Its only target: the snapshot can follow at once.
+                if s.out.send_pair(frame, self.snapshot.clone()) {
+                    frames += 2;
+                }
+            } else {
+                if s.out.send(frame) {
+                    frames += 1;
+                }
+                if owed {
+                    affected.push(s.out.clone());
+                }
+            }
+        }
+        frames
+    }
+}
+
 /// How a new listen should start.
 pub enum Start {
     /// No resume point: the full result.
@@ -390,7 +343,7 @@ impl Fanout {
             .by_target
             .insert((out.conn, target_id), Slot { key, index });
         inner.by_conn.entry(out.conn).or_default().push(target_id);
-        out.shared.targets.fetch_add(1, Ordering::Relaxed);
+        out.targets().fetch_add(1, Ordering::Relaxed);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
             for m in &messages {
@@ -426,12 +379,12 @@ impl Fanout {
     }
 
     /// Applies committed versions (ascending, all of this database) to every view and
-    /// queues the resulting frames. Returns the number of frames queued.
+    /// writes the resulting frames. Returns the number of frames written.
     ///
     /// Each change is encoded once per group (per frame's worth of changes); a subscriber's
     /// frame differs only in its target id, and subscribers sharing a target id share the
     /// frame's bytes. A connection with a single target gets its delta and its `Snapshot`
-    /// as one queue entry; a connection with several gets its `Snapshot` after all the
+    /// in one write; a connection with several gets its `Snapshot` after all the
     /// round's deltas.
     pub fn publish(&self, commits: &[Committed], requery: Requery) -> usize {
         let Some(last) = commits.last().map(|c| c.version) else {
@@ -461,8 +414,6 @@ impl Fanout {
                 }
             }
         }
-        // Retargeted frames by target id, reused across subscribers.
-        let mut retargeted: Vec<(u32, Bytes)> = Vec::new();
         for group in inner.groups.values_mut() {
             let mut changes = Vec::new();
             let mut refill = false;
@@ -491,49 +442,45 @@ impl Fanout {
             let parts = chunks(to_wire(&changes));
             let n = parts.len();
             for (i, part) in parts.into_iter().enumerate() {
-                let last_part = i + 1 == n;
                 let template = encode_server(&ServerMessage::TargetChange {
                     target_id: 0,
                     kind: TargetChangeKind::Delta,
                     changes: part,
                 });
-                retargeted.clear();
-                for s in &group.subscribers {
-                    let frame = match retargeted.iter().find(|(t, _)| *t == s.target_id) {
-                        Some((_, b)) => b.clone(),
-                        None => {
-                            let b = retarget(&template, s.target_id);
-                            if retargeted.len() < RETARGET_CACHE {
-                                retargeted.push((s.target_id, b.clone()));
-                            }
-                            b
+                let round = Round {
+                    template: &template,
+                    last_part: i + 1 == n,
+                    snapshot: &snapshot,
+                    version: last,
+                };
+                let subs = &group.subscribers[..];
+                let writers = writers_for(subs.len());
+                if writers <= 1 {
+                    frames += round.deliver(subs, &mut affected);
+                } else {
+                    // Thousands of sockets: split the writes across threads (each write is
+                    // a system call that also runs the loopback receiver's side).
+                    let per = subs.len().div_ceil(writers);
+                    std::thread::scope(|scope| {
+                        let round = &round;
+                        let mut rest = subs.chunks(per);
+                        let mine = rest.next().unwrap_or_default();
+                        let others: Vec<_> = rest
+                            .map(|chunk| {
+                                scope.spawn(move || {
+                                    let mut owed = Vec::new();
+                                    let f = round.deliver(chunk, &mut owed);
+                                    (f, owed)
+                                })
+                            })
+                            .collect();
+                        frames += round.deliver(mine, &mut affected);
+                        for h in others {
+                            let (f, owed) = h.join().expect("a fan-out writer panicked");
+                            frames += f;
+                            affected.extend(owed);
                         }
-                    };
-                    if !last_part {
-                        if s.out.send(frame) {
-                            frames += 1;
-                        }
-                        continue;
-                    }
-                    let solo = s.out.shared.targets.load(Ordering::Relaxed) == 1;
-                    let owed = s.out.owe_snapshot(last);
-                    if solo && owed {
-                        // Its only target: the snapshot can follow at once.
-                        let sent = s.out.push(Frames {
-                            first: frame,
-                            second: Some(snapshot.clone()),
-                        });
-                        if sent {
-                            frames += 2;
-                        }
-                    } else {
-                        if s.out.send(frame) {
-                            frames += 1;
-                        }
-                        if owed {
-                            affected.push(s.out.clone());
-                        }
-                    }
+                    });
                 }
             }
         }

@@ -15,6 +15,7 @@ pub mod commit;
 pub mod conn;
 pub mod fanout;
 pub mod metrics;
+pub mod outbound;
 pub mod store;
 
 use std::collections::HashMap;
@@ -195,16 +196,17 @@ impl Relay {
             *relay.committer_thread.lock().expect("thread lock") = Some(handle);
         }
         {
-            // The fan-out runs on a runtime worker, one round at a time: the writer tasks it
-            // wakes go to that worker's own run queue (the other worker steals from it)
-            // instead of each wake-up taking the runtime's shared injection queue lock.
+            // The fan-out has a thread of its own, one round at a time: it writes every
+            // listener's frames to its socket in place, which would hold up a runtime worker.
             let weak = Arc::downgrade(&relay);
-            tokio::spawn(async move {
-                while let Some((round, committed_at)) = fanout_rx.recv().await {
-                    let Some(relay) = weak.upgrade() else { return };
-                    relay.fan_out(round, committed_at);
-                }
-            });
+            std::thread::Builder::new()
+                .name("hearth-fanout".into())
+                .spawn(move || {
+                    while let Some((round, committed_at)) = fanout_rx.blocking_recv() {
+                        let Some(relay) = weak.upgrade() else { return };
+                        relay.fan_out(round, committed_at);
+                    }
+                })?;
         }
         relay.ready.store(true, Ordering::Release);
         Ok(relay)
@@ -362,7 +364,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let max = relay.config.max_connections;
     let slots = Arc::new(tokio::sync::Semaphore::new(max));
-    let app = conn::router(relay.clone(), stop_rx, slots.clone());
+    let app = conn::router(relay.clone(), stop_rx.clone(), slots.clone());
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(%addr, "hearth-relay listening");
     let prune_relay = relay.clone();
@@ -379,26 +381,63 @@ pub async fn run(
             }));
         }
     });
-    // Small replies must not wait for the peer's delayed ACK (Nagle): every accepted socket
-    // gets TCP_NODELAY.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |io: &mut tokio::net::TcpStream| {
-        if let Err(e) = io.set_nodelay(true) {
+    // Each connection is served by hyper's HTTP/1 server directly (not axum::serve), so an
+    // upgraded WebSocket gets its bare TCP socket back (conn.rs writes frames in place).
+    let mut http = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, say: wait for some to be freed.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // Small replies must not wait for the peer's delayed ACK (Nagle).
+        if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!("shutting down: draining connections");
-        let _ = stop_tx.send(true);
+        let app = app.clone();
+        let mut stop = stop_rx.clone();
+        http.spawn(async move {
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                hyper::service::Service::call(&svc, req)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                .with_upgrades();
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                },
+                _ = async { stop.wait_for(|s| *s).await.is_ok() } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        while http.try_join_next().is_some() {}
+    }
+    tracing::info!("shutting down: draining connections");
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        while http.join_next().await.is_some() {}
     })
-    .await?;
+    .await;
     pruner.abort();
-    // Axum does not wait for upgraded WebSocket connections: wait until each has answered
-    // its in-flight writes and closed (every connection permit is back), for at most 30 s.
+    // Upgraded WebSocket connections left the HTTP server: wait until each has answered its
+    // in-flight writes and closed (every connection permit is back), for at most 30 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while slots.available_permits() < max && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
