@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -1182,116 +1182,227 @@ const TARGET_CHANGE: u8 = 0x86;
 /// checks it against the write committed at the snapshot's version.
 const CHECK_EVERY: usize = 50;
 
-/// Receives `writes` notifications (or until stop, or an error). A notification is a
-/// `TargetChange` for the listened target followed by its `Snapshot { version }`; the time
-/// is taken when the snapshot has been read. Snapshots are decoded with the protocol codec;
-/// of a `TargetChange`, only the type byte and target id are read, except on the listeners
-/// that `check` (every `CHECK_EVERY`th), which decode it in full and record the document's
-/// `seq`, so the run can verify that each version carried the write committed at it.
-async fn lean_listen_loop(
-    mut l: LeanListener,
-    name: DocumentName,
-    writes: u64,
+/// One lean listener in the reactor: its socket, unread bytes, and what it has seen.
+struct LeanConn {
+    sock: mio::net::TcpStream,
+    buf: Vec<u8>,
+    /// Start of the unread bytes in `buf`.
+    pos: usize,
+    /// Decodes the document in every change (see `CHECK_EVERY`).
     check: bool,
-    ready: Arc<AtomicUsize>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> ListenResult {
-    use hearth::core::protocol::codec::decode_server;
-    use hearth::core::protocol::{DocumentChange, ServerMessage};
-    let mut r = ListenResult {
-        seen: Vec::new(),
-        last_seq: 0,
-        at_version: Vec::with_capacity(writes as usize),
-        checked: Vec::new(),
-        error: None,
-        _keep: None,
-    };
-    let stopped = async move {
-        let _ = stop.changed().await;
-    };
-    tokio::pin!(stopped);
-    let mut first = true;
-    // A change to the target arrived since the last snapshot (and the document's seq, when
-    // checked).
-    let mut changed = false;
-    let mut seq = None;
-    loop {
-        let frame = tokio::select! {
-            biased;
-            f = l.next_frame() => f,
-            _ = &mut stopped => break,
-        };
-        let (start, end) = match frame {
-            Ok(f) => f,
-            Err(e) => {
-                r.error = Some(e.to_string());
-                break;
+    /// The initial result's `Snapshot` is still to come.
+    first: bool,
+    /// A change to the target arrived since the last snapshot.
+    changed: bool,
+    /// The document's `seq` in that change, when checked.
+    seq: Option<u64>,
+    done: bool,
+    r: ListenResult,
+}
+
+impl LeanConn {
+    fn fail(&mut self, e: String) {
+        self.r.error.get_or_insert(e);
+        self.done = true;
+    }
+
+    /// Handles every complete frame in `buf`. A notification is a `TargetChange` for the
+    /// listened target followed by its `Snapshot { version }`; the time is taken when the
+    /// snapshot has been read. Snapshots are decoded with the protocol codec; of a
+    /// `TargetChange`, only the type byte and target id are read, except on the listeners
+    /// that `check`, which decode it in full and record the document's `seq`, so the run can
+    /// verify that each version carried the write committed at it.
+    fn process(&mut self, name: &DocumentName, writes: u64, ready: &AtomicUsize) {
+        use hearth::core::protocol::codec::decode_server;
+        use hearth::core::protocol::{DocumentChange, ServerMessage};
+        while !self.done {
+            let (start, end) = match ws_server_frame(&self.buf[self.pos..]) {
+                Err(e) => return self.fail(e.to_string()),
+                Ok(None) => break,
+                Ok(Some((op, start, end))) => {
+                    let (start, end) = (self.pos + start, self.pos + end);
+                    self.pos = end;
+                    match op {
+                        0x2 => (start, end),
+                        0x8 => return self.fail("the relay closed the connection".into()),
+                        0x9 | 0xA => continue,
+                        op => return self.fail(format!("unexpected WebSocket opcode {op}")),
+                    }
+                }
+            };
+            let payload = &self.buf[start..end];
+            if !self.check && payload.first() == Some(&TARGET_CHANGE) {
+                // The target id, a varint: this listener's only target is 1.
+                if payload.get(1) != Some(&1) {
+                    let e = format!("a change for another target: {payload:02x?}");
+                    return self.fail(e);
+                }
+                self.changed = true;
+                continue;
             }
-        };
-        let payload = &l.buf[start..end];
-        if !check && payload.first() == Some(&TARGET_CHANGE) {
-            // The target id, a varint: this listener's only target is 1.
-            if payload.get(1) != Some(&1) {
-                r.error = Some(format!("a change for another target: {payload:02x?}"));
-                break;
-            }
-            changed = true;
-            continue;
-        }
-        match decode_server(payload) {
-            Ok(ServerMessage::TargetChange {
-                target_id: 1,
-                changes,
-                ..
-            }) => {
-                changed = true;
-                for c in changes {
-                    if let DocumentChange::Upsert(d) = c {
-                        if d.name == name {
-                            if let Some(Value::Integer(i)) = d.fields.get("seq") {
-                                seq = Some(*i as u64);
+            match decode_server(payload) {
+                Ok(ServerMessage::TargetChange {
+                    target_id: 1,
+                    changes,
+                    ..
+                }) => {
+                    self.changed = true;
+                    for c in changes {
+                        if let DocumentChange::Upsert(d) = c {
+                            if d.name == *name {
+                                if let Some(Value::Integer(i)) = d.fields.get("seq") {
+                                    self.seq = Some(*i as u64);
+                                }
                             }
                         }
                     }
                 }
-            }
-            Ok(ServerMessage::Snapshot { version }) => {
-                let now = now_us();
-                if first {
-                    // The initial result.
-                    first = false;
-                    changed = false;
-                    seq = None;
-                    ready.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if std::mem::take(&mut changed) {
-                    r.at_version.push((version, now));
-                    if let Some(s) = seq.take() {
-                        r.checked.push((version, s));
+                Ok(ServerMessage::Snapshot { version }) => {
+                    let now = now_us();
+                    if self.first {
+                        // The initial result.
+                        self.first = false;
+                        self.changed = false;
+                        self.seq = None;
+                        ready.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if std::mem::take(&mut self.changed) {
+                        self.r.at_version.push((version, now));
+                        if let Some(s) = self.seq.take() {
+                            self.r.checked.push((version, s));
+                        }
+                    }
+                    if self.r.at_version.len() as u64 >= writes {
+                        self.done = true;
                     }
                 }
-                if r.at_version.len() as u64 >= writes {
-                    break;
+                Ok(ServerMessage::Error { code, message, .. }) => {
+                    return self.fail(format!("{}: {message}", code.as_str()));
+                }
+                Ok(ServerMessage::Heartbeat { .. }) => {}
+                Ok(other) => return self.fail(format!("unexpected message {other:?}")),
+                Err(e) => return self.fail(format!("undecodable frame: {e}")),
+            }
+        }
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > 1 << 16 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+    }
+}
+
+/// Receives on every lean listener from one thread through one epoll set (mio), each until
+/// it has seen `writes` notifications or failed, or until `stop`. No task per connection:
+/// the load generator shares the machine's cores with the relay, so its own cost per
+/// notification (one read system call and a few comparisons here) is kept small.
+fn lean_reactor(
+    conns: Vec<(mio::net::TcpStream, Vec<u8>, usize)>,
+    name: DocumentName,
+    writes: u64,
+    ready: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) -> Vec<ListenResult> {
+    use std::io::Read;
+    let mut conns: Vec<LeanConn> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, (sock, buf, pos))| LeanConn {
+            sock,
+            buf,
+            pos,
+            check: i % CHECK_EVERY == 0,
+            first: true,
+            changed: false,
+            seq: None,
+            done: false,
+            r: ListenResult {
+                seen: Vec::new(),
+                last_seq: 0,
+                at_version: Vec::with_capacity(writes as usize),
+                checked: Vec::new(),
+                error: None,
+                _keep: None,
+            },
+        })
+        .collect();
+    let finish = |conns: Vec<LeanConn>| {
+        conns
+            .into_iter()
+            .map(|mut c| {
+                c.r._keep = Some(Box::new(c.sock));
+                c.r
+            })
+            .collect()
+    };
+    let mut poll = match mio::Poll::new() {
+        Ok(p) => p,
+        Err(e) => {
+            for c in &mut conns {
+                c.fail(format!("epoll: {e}"));
+            }
+            return finish(conns);
+        }
+    };
+    for (i, c) in conns.iter_mut().enumerate() {
+        if let Err(e) =
+            poll.registry()
+                .register(&mut c.sock, mio::Token(i), mio::Interest::READABLE)
+        {
+            c.fail(format!("epoll registration: {e}"));
+        }
+        // Frames read with the handshake.
+        c.process(&name, writes, &ready);
+    }
+    let mut open = conns.iter().filter(|c| !c.done).count();
+    let mut events = mio::Events::with_capacity(1024);
+    let mut scratch = vec![0u8; 1 << 16];
+    while open > 0 && !stop.load(Ordering::Relaxed) {
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(50))) {
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            for c in conns.iter_mut().filter(|c| !c.done) {
+                c.fail(format!("epoll wait: {e}"));
+            }
+            break;
+        }
+        for ev in events.iter() {
+            let c = &mut conns[ev.token().0];
+            if c.done {
+                continue;
+            }
+            // Edge-triggered: read until the socket is drained (a short read drains it).
+            loop {
+                match c.sock.read(&mut scratch) {
+                    Ok(0) => {
+                        c.fail("the connection closed".into());
+                        break;
+                    }
+                    Ok(k) => {
+                        c.buf.extend_from_slice(&scratch[..k]);
+                        if k < scratch.len() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        c.fail(e.to_string());
+                        break;
+                    }
                 }
             }
-            Ok(ServerMessage::Error { code, message, .. }) => {
-                r.error = Some(format!("{}: {message}", code.as_str()));
-                break;
-            }
-            Ok(ServerMessage::Heartbeat { .. }) => {}
-            Ok(other) => {
-                r.error = Some(format!("unexpected message {other:?}"));
-                break;
-            }
-            Err(e) => {
-                r.error = Some(format!("undecodable frame: {e}"));
-                break;
+            c.process(&name, writes, &ready);
+            if c.done {
+                open -= 1;
             }
         }
     }
-    r._keep = Some(Box::new(l));
-    r
+    finish(conns)
 }
 
 /// `n` lean connections, `concurrency` handshakes at a time, each with its own client id.
@@ -1410,16 +1521,22 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
     let writes = a.writes;
     let t1 = Instant::now();
     let mut set = JoinSet::new();
-    for (i, mut l) in lean.into_iter().enumerate() {
-        l.listen(1, &query).await?;
-        set.spawn(lean_listen_loop(
-            l,
-            name.clone(),
-            writes,
-            i % CHECK_EVERY == 0,
-            ready.clone(),
-            stop_rx.clone(),
-        ));
+    // Lean listeners: listen through tokio, then hand the sockets to the reactor thread.
+    let stop_reactor = Arc::new(AtomicBool::new(false));
+    let mut reactor = None;
+    if !lean.is_empty() {
+        let mut socks = Vec::with_capacity(lean.len());
+        for mut l in lean {
+            l.listen(1, &query).await?;
+            let sock = l.stream.into_std()?;
+            socks.push((mio::net::TcpStream::from_std(sock), l.buf, l.pos));
+        }
+        let (name, ready, stop) = (name.clone(), ready.clone(), stop_reactor.clone());
+        reactor = Some(
+            std::thread::Builder::new()
+                .name("lean-reactor".into())
+                .spawn(move || lean_reactor(socks, name, writes, ready, stop))?,
+        );
     }
     for c in &clients {
         let mut listener = c
@@ -1535,6 +1652,19 @@ async fn fanout_once(relay: &Relay, t: &TargetArgs, a: &FanoutArgs, n: usize) ->
                 break;
             }
         }
+    }
+    if let Some(handle) = reactor {
+        let joined = tokio::task::spawn_blocking(move || handle.join());
+        tokio::pin!(joined);
+        let left = drain.saturating_duration_since(Instant::now());
+        let lean = match tokio::time::timeout(left, &mut joined).await {
+            Ok(r) => r,
+            Err(_) => {
+                stop_reactor.store(true, Ordering::Relaxed);
+                joined.await
+            }
+        };
+        results.extend(lean?.map_err(|_| anyhow!("the lean listener thread panicked"))?);
     }
     let extra = probe.finish().await;
     let mut all = Vec::with_capacity(n * writes as usize);
