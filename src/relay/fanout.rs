@@ -51,6 +51,13 @@ struct Slot {
 /// Runs a query against the latest committed state: (documents, version).
 pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryError>;
 
+/// This database's commits that follow a round, in order, until one at the given version
+/// or later (fewer if they do not arrive in time).
+pub type CatchUp<'a> = &'a mut dyn FnMut(u64) -> Vec<Committed>;
+
+/// Most times one round takes in later commits for refills that read ahead of it.
+const CATCH_UP: usize = 4;
+
 #[derive(Default)]
 struct Inner {
     groups: HashMap<Arc<[u8]>, Group>,
@@ -386,12 +393,73 @@ impl Fanout {
     /// frame's bytes. A connection with a single target gets its delta and its `Snapshot`
     /// in one write; a connection with several gets its `Snapshot` after all the
     /// round's deltas.
-    pub fn publish(&self, commits: &[Committed], requery: Requery) -> usize {
-        let Some(last) = commits.last().map(|c| c.version) else {
+    pub fn publish(
+        &self,
+        commits: &[Committed],
+        requery: Requery,
+        more: CatchUp,
+    ) -> usize {
+        let Some(mut last) = commits.last().map(|c| c.version) else {
             return 0;
         };
         let mut guard = self.inner.lock().expect("fanout lock");
         let inner = &mut *guard;
+        // Every view advances to `last`. A limited view that lost a document reads the
+        // latest state to refill, which may include commits not yet published; those are
+        // then taken into this round too (up to CATCH_UP times), so that every target is
+        // consistent at the one version the round's `Snapshot` names.
+        let mut extra: Vec<Committed> = Vec::new();
+        let mut changed: HashMap<Arc<[u8]>, Vec<DocChange>> = HashMap::new();
+        for _ in 0..=CATCH_UP {
+            let mut ahead = last;
+            for (key, group) in inner.groups.iter_mut() {
+                let mut changes = Vec::new();
+                let mut refill = false;
+                for c in commits
+                    .iter()
+                    .chain(&extra)
+                    .filter(|c| c.version > group.version && c.version <= last)
+                {
+                    for (name, new) in &c.changes {
+                        let u = group.view.apply(name, new.as_ref());
+                        changes.extend(u.changes);
+                        refill |= u.needs_refill;
+                    }
+                }
+                group.version = group.version.max(last);
+                if refill {
+                    match requery(group.view.query()) {
+                        Ok((docs, version)) => {
+                            changes.extend(group.view.reset(docs));
+                            group.version = group.version.max(version);
+                            ahead = ahead.max(version);
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "refilling a limited listen failed");
+                        }
+                    }
+                }
+                if !changes.is_empty() {
+                    changed.entry(key.clone()).or_default().extend(changes);
+                }
+            }
+            if ahead <= last {
+                break;
+            }
+            let got = more(ahead);
+            match got.last() {
+                Some(c) if c.version > last => last = c.version,
+                _ => {
+                    tracing::warn!(
+                        published = last,
+                        read = ahead,
+                        "a refilled listen read commits that did not reach the fan-out"
+                    );
+                    break;
+                }
+            }
+            extra.extend(got);
+        }
         let mut frames = 0;
         let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
         // Connections owed a `Snapshot` at the end of the round.
@@ -414,31 +482,10 @@ impl Fanout {
                 }
             }
         }
-        for group in inner.groups.values_mut() {
-            let mut changes = Vec::new();
-            let mut refill = false;
-            for c in commits.iter().filter(|c| c.version > group.version) {
-                for (name, new) in &c.changes {
-                    let u = group.view.apply(name, new.as_ref());
-                    changes.extend(u.changes);
-                    refill |= u.needs_refill;
-                }
-            }
-            group.version = group.version.max(last);
-            if refill {
-                match requery(group.view.query()) {
-                    Ok((docs, version)) => {
-                        changes.extend(group.view.reset(docs));
-                        group.version = group.version.max(version);
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "refilling a limited listen failed");
-                    }
-                }
-            }
-            if changes.is_empty() {
+        for (key, changes) in changed {
+            let Some(group) = inner.groups.get(&key[..]) else {
                 continue;
-            }
+            };
             let parts = chunks(to_wire(&changes));
             let n = parts.len();
             for (i, part) in parts.into_iter().enumerate() {
@@ -491,5 +538,111 @@ impl Fanout {
             }
         }
         frames
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::encoding::key::Direction::Descending;
+    use crate::core::path::{CollectionPath, DocumentName};
+    use crate::core::protocol::codec::decode_server;
+    use crate::core::query::validate::validate;
+    use crate::core::value::{Map, Value};
+    use crate::relay::outbound::testing::{pair, FrameReader};
+
+    fn doc(id: &str, n: i64, version: u64) -> Document {
+        let mut fields = Map::new();
+        fields.insert("n".into(), Value::Integer(n));
+        Document {
+            name: DocumentName::parse(&format!("items/{id}")).unwrap(),
+            fields: Arc::new(fields),
+            create_version: version,
+            update_version: version,
+        }
+    }
+
+    /// Applies TargetChange messages to `docs` until a Snapshot; returns its version.
+    async fn next_snapshot(
+        r: &mut FrameReader,
+        c: &mut tokio::net::TcpStream,
+        docs: &mut Vec<Document>,
+    ) -> u64 {
+        loop {
+            let (_, payload) = r.next(c).await;
+            match decode_server(&payload).unwrap() {
+                ServerMessage::TargetChange { kind, changes, .. } => {
+                    if kind == TargetChangeKind::Reset {
+                        docs.clear();
+                    }
+                    for ch in changes {
+                        match ch {
+                            DocumentChange::Upsert(d) => {
+                                docs.retain(|x| x.name != d.name);
+                                docs.push(d);
+                            }
+                            DocumentChange::Remove(n) => docs.retain(|x| x.name != n),
+                        }
+                    }
+                }
+                ServerMessage::Snapshot { version } => return version,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// A limited listen that loses a document refills from the latest state; when that
+    /// state is ahead of the round (commits not yet published), the round takes those
+    /// commits in and publishes at their version, so no snapshot shows a document from
+    /// after its version.
+    #[tokio::test]
+    async fn a_refill_that_reads_ahead_takes_the_later_commits_into_the_round() {
+        let (out, _r, mut client) = pair(1 << 20).await;
+        let q = validate(
+            &Query::collection(CollectionPath::parse("items").unwrap())
+                .order_by("n", Descending)
+                .limit(2),
+        )
+        .unwrap();
+        let (a, b, d) = (doc("a", 3, 1), doc("b", 2, 1), doc("d", 5, 3));
+        let fanout = Fanout::new(1);
+        fanout
+            .listen(
+                &out,
+                1,
+                q,
+                |_| Ok((vec![a.clone(), b.clone()], 1)),
+                |_| Start::Fresh,
+            )
+            .unwrap();
+        let (mut reader, mut docs) = (FrameReader::default(), Vec::new());
+        assert_eq!(next_snapshot(&mut reader, &mut client, &mut docs).await, 1);
+        // Version 2 deletes `a`, so the view refills; the store is already at version 3,
+        // which added `d`.
+        let at2 = Committed {
+            database: "db".into(),
+            version: 2,
+            changes: vec![(a.name.clone(), None)],
+        };
+        let at3 = Committed {
+            database: "db".into(),
+            version: 3,
+            changes: vec![(d.name.clone(), Some(d.clone()))],
+        };
+        let requery = |_: &Query| Ok((vec![d.clone(), b.clone()], 3));
+        let mut asked = Vec::new();
+        let mut more = |upto| {
+            asked.push(upto);
+            vec![at3.clone()]
+        };
+        fanout.publish(&[at2], &requery, &mut more);
+        assert_eq!(asked, vec![3], "the round asks for the commits up to the read");
+        assert_eq!(fanout.published.load(Ordering::Acquire), 3);
+        let version = next_snapshot(&mut reader, &mut client, &mut docs).await;
+        assert_eq!(version, 3, "the snapshot names the version its contents are at");
+        let mut got: Vec<_> = docs.iter().map(|d| d.name.to_string()).collect();
+        got.sort();
+        assert_eq!(got, vec!["items/b", "items/d"]);
+        assert!(docs.iter().all(|d| d.update_version <= version));
     }
 }

@@ -18,7 +18,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod store;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -112,8 +112,11 @@ pub enum RelayError {
 
 struct Sink {
     relay: std::sync::Weak<Relay>,
-    fanout_tx: tokio::sync::mpsc::UnboundedSender<(Vec<Committed>, Instant)>,
+    fanout_tx: std::sync::mpsc::Sender<(Vec<Committed>, Instant)>,
 }
+
+/// Rounds of commits on their way to the fan-out thread.
+type Rounds = std::sync::mpsc::Receiver<(Vec<Committed>, Instant)>;
 
 impl CommitSink for Sink {
     fn committed(&self, round: Vec<Committed>, batches: usize, fsync: Duration) {
@@ -137,6 +140,38 @@ impl CommitSink for Sink {
             relay.metrics.queue_depth(db, depth as u64);
         }
     }
+}
+
+/// Takes database `db`'s commits out of the rounds after the current one (those stashed,
+/// then those arriving, waiting up to a second for them), in order, until one at `upto` or
+/// later: the catch-up of a refill that read commits not yet published. What else those
+/// rounds hold stays stashed, in order, for the fan-out to publish next.
+fn take_commits(
+    db: &str,
+    upto: u64,
+    rounds: &Rounds,
+    stash: &mut VecDeque<(Vec<Committed>, Instant)>,
+) -> Vec<Committed> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut out: Vec<Committed> = Vec::new();
+    let mut i = 0;
+    while out.last().is_none_or(|c| c.version < upto) {
+        if i == stash.len() {
+            match rounds.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(r) => stash.push_back(r),
+                Err(_) => break,
+            }
+        }
+        let round = &mut stash[i].0;
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(round)
+            .into_iter()
+            .partition(|c| c.database == db);
+        *round = rest;
+        out.extend(mine);
+        i += 1;
+    }
+    stash.retain(|(r, _)| !r.is_empty());
+    out
 }
 
 impl Relay {
@@ -181,8 +216,7 @@ impl Relay {
                 }),
             );
         }
-        let (fanout_tx, mut fanout_rx) =
-            tokio::sync::mpsc::unbounded_channel::<(Vec<Committed>, Instant)>();
+        let (fanout_tx, fanout_rx) = std::sync::mpsc::channel::<(Vec<Committed>, Instant)>();
         let sink = Sink {
             relay: Arc::downgrade(&relay),
             fanout_tx,
@@ -202,9 +236,18 @@ impl Relay {
             std::thread::Builder::new()
                 .name("hearth-fanout".into())
                 .spawn(move || {
-                    while let Some((round, committed_at)) = fanout_rx.blocking_recv() {
+                    // Rounds taken early by a catch-up (see `Fanout::publish`).
+                    let mut stash = VecDeque::new();
+                    loop {
+                        let next = match stash.pop_front() {
+                            Some(r) => r,
+                            None => match fanout_rx.recv() {
+                                Ok(r) => r,
+                                Err(_) => return,
+                            },
+                        };
                         let Some(relay) = weak.upgrade() else { return };
-                        relay.fan_out(round, committed_at);
+                        relay.fan_out(next, &fanout_rx, &mut stash);
                     }
                 })?;
         }
@@ -212,7 +255,12 @@ impl Relay {
         Ok(relay)
     }
 
-    fn fan_out(&self, round: Vec<Committed>, committed_at: Instant) {
+    fn fan_out(
+        &self,
+        (round, committed_at): (Vec<Committed>, Instant),
+        rounds: &Rounds,
+        stash: &mut VecDeque<(Vec<Committed>, Instant)>,
+    ) {
         let mut by_db: Vec<(String, Vec<Committed>)> = Vec::new();
         for c in round {
             match by_db.iter_mut().find(|(d, _)| *d == c.database) {
@@ -226,7 +274,8 @@ impl Relay {
                 continue;
             };
             let requery = |q: &Query| self.query_latest(&db, q);
-            frames += db.fanout.publish(&commits, &requery);
+            let mut more = |upto| take_commits(&name, upto, rounds, stash);
+            frames += db.fanout.publish(&commits, &requery, &mut more);
         }
         self.metrics.frames_sent(frames as u64);
         self.metrics

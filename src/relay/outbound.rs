@@ -414,13 +414,14 @@ impl AsyncWrite for WsIo {
     }
 }
 
+/// Sockets for tests of the outbound side and the fan-out.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use tokio::io::AsyncReadExt;
 
     /// A connected pair: the server side's outbound, and the client's stream.
-    async fn pair(max: usize) -> (Outbound, OwnedReadHalf, tokio::net::TcpStream) {
+    pub(crate) async fn pair(max: usize) -> (Outbound, OwnedReadHalf, tokio::net::TcpStream) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = tokio::net::TcpStream::connect(l.local_addr().unwrap())
             .await
@@ -436,13 +437,13 @@ mod tests {
 
     /// Reads WebSocket frames from the client's side of the socket.
     #[derive(Default)]
-    struct FrameReader {
+    pub(crate) struct FrameReader {
         buf: Vec<u8>,
     }
 
     impl FrameReader {
         /// The next frame: (opcode, payload).
-        async fn next(&mut self, c: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+        pub(crate) async fn next(&mut self, c: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
             loop {
                 let b = &self.buf;
                 if b.len() >= 2 {
@@ -471,7 +472,10 @@ mod tests {
         }
     }
 
-    async fn read_frames(c: &mut tokio::net::TcpStream, n: usize) -> Vec<(u8, Vec<u8>)> {
+    pub(crate) async fn read_frames(
+        c: &mut tokio::net::TcpStream,
+        n: usize,
+    ) -> Vec<(u8, Vec<u8>)> {
         let mut r = FrameReader::default();
         let mut out = Vec::new();
         for _ in 0..n {
@@ -479,6 +483,12 @@ mod tests {
         }
         out
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
 
     /// Frames of every length class, written in place and through a backlog (the client
     /// reads nothing until all are sent), arrive whole and in order.
