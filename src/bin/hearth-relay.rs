@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use hearth::core::index::config::{parse_index_file, IndexFile};
 use hearth::core::index::def::IndexCatalog;
 use hearth::relay::auth::Authenticator;
-use hearth::relay::store::Store;
+use hearth::relay::store::{valid_database_name, Store};
 use hearth::relay::{run, Config, Relay};
 
 #[derive(Parser)]
@@ -78,6 +78,15 @@ struct ServeArgs {
     /// Most concurrent WebSocket connections.
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS", default_value_t = 19_000)]
     max_connections: usize,
+    /// The databases this relay serves, comma-separated (created at start when missing); a
+    /// client naming another is refused with `not-found`. Without it, a client's first
+    /// connection to a new (valid) name creates that database.
+    #[arg(long, env = "HEARTH_DATABASES", value_delimiter = ',')]
+    databases: Option<Vec<String>>,
+    /// Most databases created on first use (without `--databases`); a connection to a new
+    /// one past it is refused with `resource-exhausted`.
+    #[arg(long, env = "HEARTH_MAX_DATABASES", default_value_t = 1000)]
+    max_databases: usize,
     /// Serve this directory's files over HTTP at `/` (the demo app and the npm package).
     #[arg(long, env = "HEARTH_STATIC_DIR")]
     static_dir: Option<PathBuf>,
@@ -156,6 +165,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
     config.max_connections = args.max_connections.max(1);
     config.static_dir = args.static_dir.clone();
+    if let Some(names) = &args.databases {
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(bad) = names.iter().find(|n| !valid_database_name(n)) {
+            anyhow::bail!(
+                "--databases: `{bad}` is not a valid database name (1 to 64 of [A-Za-z0-9_-])"
+            );
+        }
+        config.databases = Some(names);
+    }
+    config.max_databases = args.max_databases;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -325,7 +325,12 @@ impl Connection {
         let db = match relay.database(&database) {
             Ok(db) => db,
             Err(e) => {
-                refuse(&out, reject(ErrorCode::Unavailable, e.to_string())).await;
+                let code = match e {
+                    super::DatabaseError::NotServed { .. } => ErrorCode::NotFound,
+                    super::DatabaseError::TooMany { .. } => ErrorCode::ResourceExhausted,
+                    super::DatabaseError::Store(_) => ErrorCode::Unavailable,
+                };
+                refuse(&out, reject(code, e.to_string())).await;
                 return;
             }
         };

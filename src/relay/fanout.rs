@@ -393,12 +393,7 @@ impl Fanout {
     /// frame's bytes. A connection with a single target gets its delta and its `Snapshot`
     /// in one write; a connection with several gets its `Snapshot` after all the
     /// round's deltas.
-    pub fn publish(
-        &self,
-        commits: &[Committed],
-        requery: Requery,
-        more: CatchUp,
-    ) -> usize {
+    pub fn publish(&self, commits: &[Committed], requery: Requery, more: CatchUp) -> usize {
         let Some(mut last) = commits.last().map(|c| c.version) else {
             return 0;
         };
@@ -636,10 +631,17 @@ mod tests {
             vec![at3.clone()]
         };
         fanout.publish(&[at2], &requery, &mut more);
-        assert_eq!(asked, vec![3], "the round asks for the commits up to the read");
+        assert_eq!(
+            asked,
+            vec![3],
+            "the round asks for the commits up to the read"
+        );
         assert_eq!(fanout.published.load(Ordering::Acquire), 3);
         let version = next_snapshot(&mut reader, &mut client, &mut docs).await;
-        assert_eq!(version, 3, "the snapshot names the version its contents are at");
+        assert_eq!(
+            version, 3,
+            "the snapshot names the version its contents are at"
+        );
         let mut got: Vec<_> = docs.iter().map(|d| d.name.to_string()).collect();
         got.sort();
         assert_eq!(got, vec!["items/b", "items/d"]);

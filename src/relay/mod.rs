@@ -60,6 +60,11 @@ pub struct Config {
     pub max_connections: usize,
     /// A directory served over plain HTTP at `/` (the demo app and the built package).
     pub static_dir: Option<PathBuf>,
+    /// The only databases served (created at start when missing); `None`: any valid name,
+    /// created on its first connection, up to `max_databases`.
+    pub databases: Option<Vec<String>>,
+    /// Most databases this relay holds when they are created on first use.
+    pub max_databases: usize,
 }
 
 impl Config {
@@ -75,6 +80,8 @@ impl Config {
             max_outbound_bytes: 32 << 20,
             max_connections: 19_000,
             static_dir: None,
+            databases: None,
+            max_databases: 1000,
         }
     }
 }
@@ -99,6 +106,17 @@ pub struct Relay {
     pub ready: AtomicBool,
     /// The committer thread, joined on stop so the process never exits mid-commit.
     committer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Why a connection cannot use a database.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("database `{name}` is not served by this relay (it serves: {served})")]
+    NotServed { name: String, served: String },
+    #[error("database `{name}` does not exist, and this relay already holds its maximum of {max} databases (--max-databases)")]
+    TooMany { name: String, max: usize },
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Why the relay could not start or run.
@@ -216,6 +234,14 @@ impl Relay {
                 }),
             );
         }
+        if let Some(names) = &relay.config.databases {
+            let mut dbs = relay.databases.lock().expect("databases lock");
+            for name in names {
+                if !dbs.contains_key(name) {
+                    Self::create_database(&store, &committer, &relay.config, &mut dbs, name)?;
+                }
+            }
+        }
         let (fanout_tx, fanout_rx) = std::sync::mpsc::channel::<(Vec<Committed>, Instant)>();
         let sink = Sink {
             relay: Arc::downgrade(&relay),
@@ -303,14 +329,40 @@ impl Relay {
             .cloned()
     }
 
-    /// The database `name`, created on first use.
-    pub fn database(&self, name: &str) -> Result<Arc<Database>, StoreError> {
+    /// The database `name` for a connection: one the relay holds, or a new one when the
+    /// configuration lets clients create databases (no `--databases` list, fewer than
+    /// `--max-databases`).
+    pub fn database(&self, name: &str) -> Result<Arc<Database>, DatabaseError> {
         let mut dbs = self.databases.lock().expect("databases lock");
         if let Some(db) = dbs.get(name) {
             return Ok(db.clone());
         }
-        let catalog = IndexCatalog::from_file(&self.config.indexes);
-        register_database(&self.store, &self.committer, name, catalog.clone(), 0)?;
+        if let Some(allowed) = &self.config.databases {
+            if !allowed.iter().any(|d| d == name) {
+                return Err(DatabaseError::NotServed {
+                    name: name.to_owned(),
+                    served: allowed.join(", "),
+                });
+            }
+        } else if dbs.len() >= self.config.max_databases {
+            return Err(DatabaseError::TooMany {
+                name: name.to_owned(),
+                max: self.config.max_databases,
+            });
+        }
+        Self::create_database(&self.store, &self.committer, &self.config, &mut dbs, name)
+            .map_err(DatabaseError::Store)
+    }
+
+    fn create_database(
+        store: &Store,
+        committer: &Committer,
+        config: &Config,
+        dbs: &mut HashMap<String, Arc<Database>>,
+        name: &str,
+    ) -> Result<Arc<Database>, StoreError> {
+        let catalog = IndexCatalog::from_file(&config.indexes);
+        register_database(store, committer, name, catalog.clone(), 0)?;
         let db = Arc::new(Database {
             name: name.to_owned(),
             fanout: Fanout::new(0),

@@ -472,10 +472,7 @@ pub(crate) mod testing {
         }
     }
 
-    pub(crate) async fn read_frames(
-        c: &mut tokio::net::TcpStream,
-        n: usize,
-    ) -> Vec<(u8, Vec<u8>)> {
+    pub(crate) async fn read_frames(c: &mut tokio::net::TcpStream, n: usize) -> Vec<(u8, Vec<u8>)> {
         let mut r = FrameReader::default();
         let mut out = Vec::new();
         for _ in 0..n {

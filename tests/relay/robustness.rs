@@ -309,6 +309,45 @@ async fn refused_handshakes_get_typed_errors() {
 }
 
 #[tokio::test]
+async fn databases_are_served_by_policy() {
+    // With a list, only the listed databases are served (created at start); another name
+    // is refused with not-found, and nothing is created for it.
+    let relay = Relay::fresh(&["--databases", "alpha,beta"]);
+    let c = relay.client("alpha").await;
+    within(c.write(vec![Mutation::set(name("t/1"), map([("a", int(1))]))]))
+        .await
+        .unwrap();
+    within(relay.client("beta").await.ping()).await.unwrap();
+    for _ in 0..2 {
+        let err = within(Client::connect(&relay.url(), "gamma", "c", ""))
+            .await
+            .expect_err("not served");
+        assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
+        assert!(err.to_string().contains("alpha, beta"), "{err}");
+    }
+    // The log names each database created: the listed ones, never the refused one.
+    let log = relay.log();
+    assert!(log.contains("database=alpha"), "{log}");
+    assert!(!log.contains("database=gamma"), "{log}");
+
+    // Without a list, databases are created on first use up to --max-databases; past it a
+    // new name is refused with resource-exhausted, and the existing ones keep working.
+    let relay = Relay::fresh(&["--max-databases", "2"]);
+    let one = relay.client("one").await;
+    let two = relay.client("two").await;
+    let err = within(Client::connect(&relay.url(), "three", "c", ""))
+        .await
+        .expect_err("over the maximum");
+    assert_eq!(err.code(), Some(ErrorCode::ResourceExhausted), "{err}");
+    assert!(err.to_string().contains("--max-databases"), "{err}");
+    within(one.ping()).await.unwrap();
+    within(two.write(vec![Mutation::set(name("t/1"), map([("a", int(1))]))]))
+        .await
+        .unwrap();
+    within(relay.client("one").await.ping()).await.unwrap();
+}
+
+#[tokio::test]
 async fn an_oversized_document_is_refused() {
     let relay = Relay::fresh(&[]);
     let c = relay.client("big").await;
