@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve databases over WebSocket (`/v1/ws`), with `/healthz` and `/metrics`.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Verify that every database's index entries exactly match its documents.
     Check {
         /// Data directory to check (the relay must not be running on it).
@@ -224,7 +224,7 @@ fn check(data: PathBuf, indexes: Option<PathBuf>) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Check { data, indexes } => check(data, indexes),
     }
 }
