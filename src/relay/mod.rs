@@ -530,6 +530,8 @@ pub async fn run(
         });
         while http.try_join_next().is_some() {}
     }
+    // New connections are refused from here on.
+    drop(listener);
     tracing::info!("shutting down: draining connections");
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(30), async {
