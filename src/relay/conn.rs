@@ -373,7 +373,14 @@ impl Connection {
                             out.send_message(&error(0, 0, ErrorCode::InvalidArgument, "text frames are not part of the protocol: send binary frames"));
                             break;
                         }
-                        Some(Ok(Message::Close(_))) | None => {
+                        Some(Ok(Message::Close(_))) => {
+                            // The reader writes its Close reply on its next poll; after it,
+                            // the stream ends at once.
+                            let _ = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+                            peer_closed = true;
+                            break;
+                        }
+                        None => {
                             peer_closed = true;
                             break;
                         }

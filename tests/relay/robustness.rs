@@ -308,6 +308,83 @@ async fn refused_handshakes_get_typed_errors() {
     within(c.ping()).await.unwrap();
 }
 
+/// Sends raw bytes on a fresh TCP connection and reads until the relay closes it.
+async fn raw_http(relay: &Relay, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = within(tokio::net::TcpStream::connect(relay.addr))
+        .await
+        .unwrap();
+    within(stream.write_all(request.as_bytes())).await.unwrap();
+    let mut buf = vec![0; 4096];
+    let n = within(stream.read(&mut buf)).await.unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn the_websocket_transport_follows_rfc_6455() {
+    let relay = Relay::fresh(&[]);
+    let host = relay.addr;
+    // The handshake: the accept key of RFC 6455 §1.3's example, and refusals that say why.
+    let ok = raw_http(&relay, &format!("GET /v1/ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")).await;
+    assert!(ok.starts_with("HTTP/1.1 101"), "{ok}");
+    assert!(
+        ok.to_ascii_lowercase()
+            .contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{ok}"
+    );
+    let plain = raw_http(
+        &relay,
+        &format!("GET /v1/ws HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(plain.starts_with("HTTP/1.1 426"), "{plain}");
+    let old = raw_http(&relay, &format!("GET /v1/ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\nConnection: close\r\n\r\n")).await;
+    assert!(old.starts_with("HTTP/1.1 426"), "{old}");
+    assert!(
+        old.to_ascii_lowercase()
+            .contains("sec-websocket-version: 13"),
+        "{old}"
+    );
+    let keyless = raw_http(&relay, &format!("GET /v1/ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n")).await;
+    assert!(keyless.starts_with("HTTP/1.1 400"), "{keyless}");
+
+    // A Ping is answered with a Pong carrying its payload, in order with the replies.
+    let mut ws = raw_socket(&relay).await;
+    raw_send(&mut ws, Message::Binary(hello("transport").into())).await;
+    let welcome = within(ws.next()).await.unwrap().unwrap();
+    assert!(matches!(
+        decode_server(&welcome.into_data()).unwrap(),
+        ServerMessage::Welcome { .. }
+    ));
+    raw_send(&mut ws, Message::Ping(b"are you there".to_vec().into())).await;
+    let ping = encode_client(&ClientMessage::Ping { nonce: 7 });
+    raw_send(&mut ws, Message::Binary(ping.into())).await;
+    let mut saw = Vec::new();
+    while saw.len() < 2 {
+        match within(ws.next()).await.unwrap().unwrap() {
+            Message::Pong(p) => saw.push(format!("pong {}", String::from_utf8_lossy(&p))),
+            Message::Binary(b) => match decode_server(&b).unwrap() {
+                ServerMessage::Heartbeat { nonce, .. } => saw.push(format!("heartbeat {nonce}")),
+                other => panic!("unexpected {other:?}"),
+            },
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(saw, ["pong are you there", "heartbeat 7"]);
+    // A Close is answered with a Close, and then the relay hangs up.
+    raw_send(&mut ws, Message::Close(None)).await;
+    let end = read_until_closed(&mut ws, Duration::from_secs(10))
+        .await
+        .expect("closed");
+    assert!(end.close_frame, "{end:?}");
+    assert!(end.transport_error.is_none(), "{end:?}");
+    assert!(end.messages.is_empty(), "{end:?}");
+    // The relay keeps serving.
+    within(relay.client("transport").await.ping())
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn databases_are_served_by_policy() {
     // With a list, only the listed databases are served (created at start); another name
