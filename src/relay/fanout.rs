@@ -107,6 +107,9 @@ pub struct Fanout {
     inner: Mutex<Inner>,
     /// Latest version whose changes have been fanned out (heartbeats carry it).
     pub published: AtomicU64,
+    /// Subscribers of one group from which its writes are split across threads, and the
+    /// most threads.
+    split: (usize, usize),
 }
 
 /// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
@@ -192,13 +195,13 @@ fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
 /// Subscribers from which one part's writes are split across threads.
 const PARALLEL_FROM: usize = 2048;
 
-/// How many threads write a part to `subscribers` subscribers.
-fn writers_for(subscribers: usize) -> usize {
-    if subscribers < PARALLEL_FROM {
+/// How many threads write a part to `subscribers` subscribers: one below `from`, then up to
+/// `max`, each with at least `from / 2`.
+fn writers_for(subscribers: usize, (from, max): (usize, usize)) -> usize {
+    if subscribers < from {
         return 1;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.min(subscribers / (PARALLEL_FROM / 2)).clamp(1, 8)
+    max.min(subscribers / (from / 2).max(1)).max(1)
 }
 
 /// One part of a group's changes in a fan-out round.
@@ -267,9 +270,11 @@ pub enum Start {
 
 impl Fanout {
     pub fn new(version: u64) -> Fanout {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Fanout {
             inner: Mutex::new(Inner::default()),
             published: AtomicU64::new(version),
+            split: (PARALLEL_FROM, cores.min(8)),
         }
     }
 
@@ -496,7 +501,7 @@ impl Fanout {
                     version: last,
                 };
                 let subs = &group.subscribers[..];
-                let writers = writers_for(subs.len());
+                let writers = writers_for(subs.len(), self.split);
                 if writers <= 1 {
                     frames += round.deliver(subs, &mut affected);
                 } else {
@@ -646,5 +651,102 @@ mod tests {
         got.sort();
         assert_eq!(got, vec!["items/b", "items/d"]);
         assert!(docs.iter().all(|d| d.update_version <= version));
+    }
+
+    /// A group split across writer threads: every connection, with one target or two in the
+    /// group, gets each round's change for each of its targets before that round's single
+    /// `Snapshot`, and its targets' contents match the commits.
+    #[tokio::test]
+    async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() {
+        let q = validate(&Query::collection(CollectionPath::parse("items").unwrap())).unwrap();
+        let mut fanout = Fanout::new(1);
+        fanout.split = (4, 4);
+        // 8 connections with one target, 4 with two targets on the same query.
+        let mut conns = Vec::new();
+        for c in 0..12 {
+            let (out, r, client) = pair(1 << 20).await;
+            let targets: &[u32] = if c < 8 { &[1] } else { &[1, 2] };
+            for &t in targets {
+                fanout
+                    .listen(
+                        &out,
+                        t,
+                        q.clone(),
+                        |_| Ok((Vec::new(), 1)),
+                        |_| Start::Fresh,
+                    )
+                    .unwrap();
+            }
+            conns.push((out, r, client, targets.len()));
+        }
+        let rounds = 3u64;
+        for k in 1..=rounds {
+            let d = doc(&format!("d{k}"), k as i64, 1 + k);
+            let c = Committed {
+                database: "db".into(),
+                version: 1 + k,
+                changes: vec![(d.name.clone(), Some(d))],
+            };
+            let requery = |_: &Query| -> Result<(Vec<Document>, u64), QueryError> {
+                unreachable!("no limit: no refill")
+            };
+            fanout.publish(&[c], &requery, &mut |_| Vec::new());
+        }
+        for (i, (_out, _r, client, n_targets)) in conns.iter_mut().enumerate() {
+            let mut reader = FrameReader::default();
+            // Initial results: a Reset and a Snapshot at 1 per target.
+            for _ in 0..*n_targets {
+                let (_, p) = reader.next(client).await;
+                assert!(matches!(
+                    decode_server(&p).unwrap(),
+                    ServerMessage::TargetChange {
+                        kind: TargetChangeKind::Reset,
+                        ..
+                    }
+                ));
+                let (_, p) = reader.next(client).await;
+                assert_eq!(
+                    decode_server(&p).unwrap(),
+                    ServerMessage::Snapshot { version: 1 }
+                );
+            }
+            let mut docs: HashMap<u32, Vec<String>> = HashMap::new();
+            for k in 1..=rounds {
+                let mut changed = Vec::new();
+                let version = loop {
+                    let (_, p) = reader.next(client).await;
+                    match decode_server(&p).unwrap() {
+                        ServerMessage::TargetChange {
+                            target_id,
+                            kind,
+                            changes,
+                        } => {
+                            assert_eq!(kind, TargetChangeKind::Delta);
+                            changed.push(target_id);
+                            for ch in changes {
+                                let DocumentChange::Upsert(d) = ch else {
+                                    panic!("only upserts were committed")
+                                };
+                                docs.entry(target_id).or_default().push(d.name.to_string());
+                            }
+                        }
+                        ServerMessage::Snapshot { version } => break version,
+                        other => panic!("connection {i}: unexpected {other:?}"),
+                    }
+                };
+                assert_eq!(version, 1 + k, "connection {i}: one snapshot per round");
+                changed.sort();
+                let want: Vec<u32> = (1..=*n_targets as u32).collect();
+                assert_eq!(
+                    changed, want,
+                    "connection {i}, round {k}: a change per target"
+                );
+                for t in &want {
+                    let names = &docs[t];
+                    let expected: Vec<String> = (1..=k).map(|j| format!("items/d{j}")).collect();
+                    assert_eq!(names, &expected, "connection {i}, target {t}");
+                }
+            }
+        }
     }
 }

@@ -428,8 +428,11 @@ pub(crate) mod testing {
             .unwrap();
         let (server, _) = l.accept().await.unwrap();
         let (r, w) = server.into_split();
+        // A distinct connection id per pair, as the relay gives.
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
         (
-            Outbound::new(1, w, max, Arc::new(Metrics::default())),
+            Outbound::new(id, w, max, Arc::new(Metrics::default())),
             r,
             client,
         )
@@ -465,7 +468,11 @@ pub(crate) mod testing {
                     }
                 }
                 let mut chunk = vec![0; 1 << 16];
-                let k = c.read(&mut chunk).await.unwrap();
+                let k =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), c.read(&mut chunk))
+                        .await
+                        .expect("no frame within 10 s")
+                        .unwrap();
                 assert!(k > 0, "closed mid-frame");
                 self.buf.extend_from_slice(&chunk[..k]);
             }
