@@ -355,11 +355,14 @@ impl Connection {
         };
         let overflow = out.overflow();
         tokio::pin!(overflow);
+        let failed = out.failed();
+        tokio::pin!(failed);
         // Whether the client closed (the reader answered its Close already).
         let mut peer_closed = false;
         loop {
             tokio::select! {
                 _ = &mut overflow => break,
+                _ = &mut failed => break,
                 msg = stream.next() => {
                     match msg {
                         Some(Ok(Message::Binary(b))) => {
@@ -377,6 +380,8 @@ impl Connection {
                             // The reader writes its Close reply on its next poll; after it,
                             // the stream ends at once.
                             let _ = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+                            // Nothing may follow the Close reply (RFC 6455 §5.5.1).
+                            out.close(true);
                             peer_closed = true;
                             break;
                         }
@@ -405,6 +410,20 @@ impl Connection {
         }
         let _ = closing_tx.send(peer_closed);
         let _ = flusher.await;
+        if !peer_closed && !out.is_overflowed() {
+            // Half-close, then read what the client still sends until it closes too (at
+            // most a second): closing a socket with unread input resets the connection,
+            // and the client could lose the error and Close frames just written.
+            out.shutdown_write();
+            let read = &mut stream.get_mut().read;
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                let mut sink = [0u8; 4096];
+                while matches!(tokio::io::AsyncReadExt::read(read, &mut sink).await, Ok(n) if n > 0)
+                {
+                }
+            })
+            .await;
+        }
         tracing::debug!(conn = id, "connection closed");
     }
 
@@ -726,6 +745,9 @@ impl Connection {
 /// How long a closing connection may take to write what is left.
 const CLOSE_FLUSH: Duration = Duration::from_secs(5);
 
+/// How long a slow consumer that was dropped may take to read its error.
+const ABANDON_FLUSH: Duration = Duration::from_millis(500);
+
 /// Writes the backlog as the socket drains, sends heartbeats when the connection is idle,
 /// and closes it when asked (`closing` carries whether the client closed first) or when it
 /// overflowed.
@@ -757,13 +779,19 @@ async fn flusher(
                 break;
             }
             _ = out.backlogged() => {
-                // A peer that stopped reading blocks this; overflow abandons it.
+                // A peer that stopped reading blocks this; overflow abandons it, and a
+                // close still closes (within CLOSE_FLUSH).
                 tokio::select! {
                     r = out.flush() => if r.is_err() {
                         return;
                     },
                     _ = &mut overflow => {
                         abandon(&out);
+                        break;
+                    }
+                    r = closing.changed() => {
+                        let peer_closed = r.is_ok() && *closing.borrow();
+                        out.close(peer_closed);
                         break;
                     }
                 }
@@ -782,5 +810,11 @@ async fn flusher(
             }
         }
     }
-    let _ = tokio::time::timeout(CLOSE_FLUSH, out.flush()).await;
+    // A slow consumer gets a moment to take its error; others get CLOSE_FLUSH.
+    let limit = if out.is_overflowed() {
+        ABANDON_FLUSH
+    } else {
+        CLOSE_FLUSH
+    };
+    let _ = tokio::time::timeout(limit, out.flush()).await;
 }

@@ -410,8 +410,8 @@ impl Fanout {
         // consistent at the one version the round's `Snapshot` names.
         let mut extra: Vec<Committed> = Vec::new();
         let mut changed: HashMap<Arc<[u8]>, Vec<DocChange>> = HashMap::new();
-        for _ in 0..=CATCH_UP {
-            let mut ahead = last;
+        let mut passes = 0;
+        loop {
             for (key, group) in inner.groups.iter_mut() {
                 let mut changes = Vec::new();
                 let mut refill = false;
@@ -432,7 +432,6 @@ impl Fanout {
                         Ok((docs, version)) => {
                             changes.extend(group.view.reset(docs));
                             group.version = group.version.max(version);
-                            ahead = ahead.max(version);
                         }
                         Err(e) => {
                             tracing::error!(error = %e, "refilling a limited listen failed");
@@ -443,9 +442,25 @@ impl Fanout {
                     changed.entry(key.clone()).or_default().extend(changes);
                 }
             }
+            // The furthest any view has read (a refill now, or an initial read earlier).
+            let ahead = inner
+                .groups
+                .values()
+                .map(|g| g.version)
+                .max()
+                .unwrap_or(last);
             if ahead <= last {
                 break;
             }
+            if passes == CATCH_UP {
+                tracing::warn!(
+                    published = last,
+                    read = ahead,
+                    "listens read ahead of the fan-out again and again: publishing behind them"
+                );
+                break;
+            }
+            passes += 1;
             let got = more(ahead);
             match got.last() {
                 Some(c) if c.version > last => last = c.version,
@@ -453,7 +468,7 @@ impl Fanout {
                     tracing::warn!(
                         published = last,
                         read = ahead,
-                        "a refilled listen read commits that did not reach the fan-out"
+                        "a listen read commits that did not reach the fan-out"
                     );
                     break;
                 }
@@ -512,20 +527,30 @@ impl Fanout {
                         let round = &round;
                         let mut rest = subs.chunks(per);
                         let mine = rest.next().unwrap_or_default();
-                        let others: Vec<_> = rest
-                            .map(|chunk| {
-                                scope.spawn(move || {
+                        let mut others = Vec::new();
+                        for chunk in rest {
+                            let spawned = std::thread::Builder::new()
+                                .name("hearth-fanout-w".into())
+                                .spawn_scoped(scope, move || {
                                     let mut owed = Vec::new();
                                     let f = round.deliver(chunk, &mut owed);
                                     (f, owed)
-                                })
-                            })
-                            .collect();
+                                });
+                            match spawned {
+                                Ok(h) => others.push(h),
+                                // No thread to be had: this one writes the chunk too.
+                                Err(_) => frames += round.deliver(chunk, &mut affected),
+                            }
+                        }
                         frames += round.deliver(mine, &mut affected);
                         for h in others {
-                            let (f, owed) = h.join().expect("a fan-out writer panicked");
-                            frames += f;
-                            affected.extend(owed);
+                            match h.join() {
+                                Ok((f, owed)) => {
+                                    frames += f;
+                                    affected.extend(owed);
+                                }
+                                Err(_) => tracing::error!("a fan-out writer thread panicked"),
+                            }
                         }
                     });
                 }

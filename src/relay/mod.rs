@@ -161,7 +161,8 @@ impl CommitSink for Sink {
 }
 
 /// Takes database `db`'s commits out of the rounds after the current one (those stashed,
-/// then those arriving, waiting up to a second for them), in order, until one at `upto` or
+/// then those arriving, waiting up to 200 ms for them: a round is sent as soon as it is
+/// committed, and the fan-out lock is held meanwhile), in order, until one at `upto` or
 /// later: the catch-up of a refill that read commits not yet published. What else those
 /// rounds hold stays stashed, in order, for the fan-out to publish next.
 fn take_commits(
@@ -170,7 +171,7 @@ fn take_commits(
     rounds: &Rounds,
     stash: &mut VecDeque<(Vec<Committed>, Instant)>,
 ) -> Vec<Committed> {
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_millis(200);
     let mut out: Vec<Committed> = Vec::new();
     let mut i = 0;
     while out.last().is_none_or(|c| c.version < upto) {

@@ -116,6 +116,8 @@ struct Shared {
     /// Fires once when the connection overflows, so a flusher waiting on a stalled socket
     /// and a reader waiting for frames both stop.
     overflow_signal: tokio::sync::watch::Sender<bool>,
+    /// Fires once when a write to the socket fails.
+    failed: tokio::sync::watch::Sender<bool>,
     max_bytes: usize,
     /// Whether anything was written since the heartbeat last looked.
     wrote: AtomicBool,
@@ -155,6 +157,7 @@ impl Outbound {
                 backlogged: tokio::sync::Notify::new(),
                 overflowed: AtomicBool::new(false),
                 overflow_signal: tokio::sync::watch::channel(false).0,
+                failed: tokio::sync::watch::channel(false).0,
                 max_bytes,
                 wrote: AtomicBool::new(false),
                 targets: AtomicUsize::new(0),
@@ -172,6 +175,12 @@ impl Outbound {
             return false;
         }
         let mut st = s.state.lock().expect("outbound lock");
+        self.write_locked(&mut st, entries)
+    }
+
+    /// [`Outbound::write`] with the connection's lock held.
+    fn write_locked<const N: usize>(&self, st: &mut State, entries: [Entry; N]) -> bool {
+        let s = &*self.shared;
         if st.closed {
             return false;
         }
@@ -186,7 +195,7 @@ impl Outbound {
                 Ok(n) => written = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => {
-                    st.closed = true;
+                    self.fail(st);
                     return false;
                 }
             }
@@ -214,6 +223,13 @@ impl Outbound {
             }
         }
         true
+    }
+
+    /// The socket refused a write: the connection takes no more frames, and its reader is
+    /// told to stop.
+    fn fail(&self, st: &mut State) {
+        st.closed = true;
+        self.shared.failed.send_replace(true);
     }
 
     /// Sends a binary frame; false when the connection takes no more frames.
@@ -267,7 +283,10 @@ impl Outbound {
                     let result = s.sock.try_write_vectored(&iov);
                     drop(iov);
                     match result {
-                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(0) => {
+                            self.fail(&mut st);
+                            return Err(io::ErrorKind::WriteZero.into());
+                        }
                         Ok(n) => {
                             st.bytes -= n;
                             s.metrics.outbound_bytes(-(n as i64));
@@ -284,7 +303,7 @@ impl Outbound {
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) => {
-                            st.closed = true;
+                            self.fail(&mut st);
                             return Err(e);
                         }
                     }
@@ -301,18 +320,30 @@ impl Outbound {
         if st.closed {
             return;
         }
-        drop(st);
         if !peer_closed {
             // 1000: normal closure.
             let mut body = 1000u16.to_be_bytes().to_vec();
             body.extend_from_slice(b"closing");
-            self.write([Entry::frame(OP_CLOSE, Bytes::from(body))]);
+            self.write_locked(&mut st, [Entry::frame(OP_CLOSE, Bytes::from(body))]);
         }
-        st = self.shared.state.lock().expect("outbound lock");
         st.closed = true;
         if !st.backlog.is_empty() {
             self.shared.backlogged.notify_one();
         }
+    }
+
+    /// Resolves when a write to the socket failed (the peer is gone).
+    pub fn failed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.shared.failed.subscribe();
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    }
+
+    /// Ends the sending direction (TCP FIN) after what the socket has taken.
+    pub fn shutdown_write(&self) {
+        let sock: &tokio::net::TcpStream = self.shared.sock.as_ref();
+        let _ = socket2::SockRef::from(sock).shutdown(std::net::Shutdown::Write);
     }
 
     /// For an overflowed connection: drops the backlog's frames not yet begun (a frame

@@ -362,6 +362,22 @@ pub fn hello(db: &str) -> Vec<u8> {
     })
 }
 
+/// Opens a raw socket and completes the handshake.
+pub async fn handshaken(relay: &Relay, db: &str) -> RawSocket {
+    let mut ws = raw_socket(relay).await;
+    raw_send(&mut ws, Message::Binary(hello(db).into())).await;
+    match within(ws.next()).await {
+        Some(Ok(Message::Binary(b))) => {
+            assert!(matches!(
+                decode_server(&b),
+                Ok(ServerMessage::Welcome { .. })
+            ));
+        }
+        other => panic!("no Welcome: {other:?}"),
+    }
+    ws
+}
+
 /// What a raw socket saw until the relay closed it.
 #[derive(Debug, Default)]
 pub struct Ending {

@@ -150,3 +150,58 @@ async fn sigterm_drains_and_keeps_every_acknowledged_write() {
         );
     }
 }
+
+#[tokio::test]
+async fn sigterm_closes_a_connection_whose_client_stopped_reading() {
+    use hearth::core::protocol::codec::encode_client;
+    use hearth::core::protocol::ClientMessage;
+    use tokio_tungstenite::tungstenite::Message;
+    // A listener that stops reading while its socket buffers fill, but stays under the
+    // slow-consumer bound (64 MiB here): the drain must still close it and exit.
+    let dir = TempDir::new("stalled");
+    let indexes = dir.file(
+        "indexes.json",
+        r#"{ "fieldOverrides": [ { "collectionGroup": "stall", "fieldPath": "p", "indexes": [] } ] }"#,
+    );
+    let mut relay = Relay::start(
+        dir.path(),
+        &[
+            "--max-outbound-bytes",
+            "67108864",
+            "--indexes",
+            indexes.to_str().unwrap(),
+        ],
+    );
+    let writer = relay.client("stall").await;
+    let mut stalled = handshaken(&relay, "stall").await;
+    let listen = encode_client(&ClientMessage::Listen {
+        target_id: 1,
+        query: Query::collection(coll("stall")),
+        resume_version: None,
+    });
+    raw_send(&mut stalled, Message::Binary(listen.into())).await;
+    // About 12 MiB of changes: more than the socket buffers hold.
+    let payload = "p".repeat(60 << 10);
+    for i in 0..200 {
+        let doc = Mutation::set(
+            name(&format!("stall/d{}", i % 8)),
+            map([("i", int(i)), ("p", s(&payload))]),
+        );
+        within(writer.write(vec![doc])).await.unwrap();
+    }
+    let (_, m) = http_get(relay.addr, "/metrics").await;
+    let backlog = metric(&m, "hearth_outbound_queued_bytes").unwrap_or(0.0);
+    assert!(backlog > 0.0, "the stalled listener has a backlog");
+    let started = std::time::Instant::now();
+    relay.sigterm();
+    let status = relay.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "exit status {status:?}");
+    // The close waits at most CLOSE_FLUSH (5 s) for the stalled socket, then a second for
+    // the client's side of the close.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the drain took {:?}",
+        started.elapsed()
+    );
+    drop(stalled);
+}

@@ -58,22 +58,6 @@ impl Witness {
     }
 }
 
-/// Opens a raw socket and completes the handshake.
-async fn handshaken(relay: &Relay, db: &str) -> RawSocket {
-    let mut ws = raw_socket(relay).await;
-    raw_send(&mut ws, Message::Binary(hello(db).into())).await;
-    match within(ws.next()).await {
-        Some(Ok(Message::Binary(b))) => {
-            assert!(matches!(
-                decode_server(&b),
-                Ok(ServerMessage::Welcome { .. })
-            ));
-        }
-        other => panic!("no Welcome: {other:?}"),
-    }
-    ws
-}
-
 /// Sends `frame` and requires the relay to answer with an error or close cleanly.
 async fn expect_refusal(ws: &mut RawSocket, frame: Message, what: &str) -> Ending {
     raw_send(ws, frame).await;
