@@ -782,9 +782,8 @@ async fn flusher(
                 // A peer that stopped reading blocks this; overflow abandons it, and a
                 // close still closes (within CLOSE_FLUSH).
                 tokio::select! {
-                    r = out.flush() => if r.is_err() {
-                        return;
-                    },
+                    // An overflow is seen first: the connection closes because of it.
+                    biased;
                     _ = &mut overflow => {
                         abandon(&out);
                         break;
@@ -794,6 +793,9 @@ async fn flusher(
                         out.close(peer_closed);
                         break;
                     }
+                    r = out.flush() => if r.is_err() {
+                        return;
+                    },
                 }
             }
             r = closing.changed() => {

@@ -608,7 +608,12 @@ async fn a_slow_consumer_is_dropped_while_others_keep_up() {
          once it read, it got {} frames and then {last_error:?}",
         end.messages.len()
     );
-    assert_eq!(open, Some(1.0), "only the writer is left");
+    assert_eq!(
+        open,
+        Some(1.0),
+        "only the writer is left; log:\n{}",
+        relay.log()
+    );
     // A consumer that stopped reading is cut off without waiting to deliver anything more:
     // its stream ends, and any error it still receives says why.
     assert!(
