@@ -529,32 +529,29 @@ mod tests {
     /// reads nothing until all are sent), arrive whole and in order.
     #[tokio::test]
     async fn frames_arrive_whole_and_in_order_through_the_backlog() {
-        let (out, _r, mut client) = pair(64 << 20).await;
-        let sizes: Vec<usize> = (0..300)
-            .map(|i| match i % 5 {
-                0 => i % 126,
-                1 => 126 + i * 7,
-                2 => 0xFFFF,
-                3 => 0x10000 + i * 31,
-                _ => 3,
-            })
-            .collect();
-        let frames: Vec<Bytes> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Bytes::from(vec![i as u8; *n]))
-            .collect();
-        for pair in frames.chunks(2) {
-            if pair.len() == 2 {
-                assert!(out.send_pair(pair[0].clone(), pair[1].clone()));
+        let (out, _r, mut client) = pair(256 << 20).await;
+        let size = |i: usize| match i % 5 {
+            0 => i % 126,
+            1 => 126 + i * 7,
+            2 => 0xFFFF,
+            3 => 0x10000 + i * 31,
+            _ => 3,
+        };
+        // At least 300 frames, and on until the socket's buffers are full and the rest
+        // waits in the backlog (however large this machine's buffers are).
+        let mut sizes = Vec::new();
+        while sizes.len() < 300 || out.backlog_bytes() == 0 {
+            assert!(sizes.len() < 4000, "the socket never filled");
+            let (i, j) = (sizes.len(), sizes.len() + 1);
+            let frame = |k: usize| Bytes::from(vec![k as u8; size(k)]);
+            if i % 3 == 0 {
+                assert!(out.send(frame(i)));
+                sizes.push(size(i));
             } else {
-                assert!(out.send(pair[0].clone()));
+                assert!(out.send_pair(frame(i), frame(j)));
+                sizes.extend([size(i), size(j)]);
             }
         }
-        assert!(
-            out.backlog_bytes() > 0,
-            "the socket buffer must have filled"
-        );
         let flusher = {
             let out = out.clone();
             tokio::spawn(async move {
@@ -564,7 +561,7 @@ mod tests {
                 }
             })
         };
-        let got = read_frames(&mut client, frames.len()).await;
+        let got = read_frames(&mut client, sizes.len()).await;
         for (i, (op, payload)) in got.iter().enumerate() {
             assert_eq!(*op, OP_BINARY);
             assert_eq!(payload.len(), sizes[i], "frame {i}");

@@ -180,17 +180,24 @@ async fn sigterm_closes_a_connection_whose_client_stopped_reading() {
         resume_version: None,
     });
     raw_send(&mut stalled, Message::Binary(listen.into())).await;
-    // About 12 MiB of changes: more than the socket buffers hold.
+    // 60 KiB changes until the stalled listener has a backlog (its socket buffers are
+    // full), at most about 48 MiB.
     let payload = "p".repeat(60 << 10);
-    for i in 0..200 {
+    let mut backlog = 0.0;
+    for i in 0..800 {
         let doc = Mutation::set(
             name(&format!("stall/d{}", i % 8)),
             map([("i", int(i)), ("p", s(&payload))]),
         );
         within(writer.write(vec![doc])).await.unwrap();
+        if i % 20 == 19 {
+            let (_, m) = http_get(relay.addr, "/metrics").await;
+            backlog = metric(&m, "hearth_outbound_queued_bytes").unwrap_or(0.0);
+            if backlog > 0.0 {
+                break;
+            }
+        }
     }
-    let (_, m) = http_get(relay.addr, "/metrics").await;
-    let backlog = metric(&m, "hearth_outbound_queued_bytes").unwrap_or(0.0);
     assert!(backlog > 0.0, "the stalled listener has a backlog");
     let started = std::time::Instant::now();
     relay.sigterm();
