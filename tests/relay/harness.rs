@@ -65,6 +65,18 @@ impl TempDir {
         std::fs::write(&p, text).expect("writing a temp file");
         p
     }
+
+    /// An index file that exempts field `p` of collection group `group` from indexing (for
+    /// tests about fan-out with large payloads, not indexes); its path as a string.
+    pub fn payload_exempt_indexes(&self, group: &str) -> String {
+        let text = format!(
+            r#"{{ "fieldOverrides": [ {{ "collectionGroup": "{group}", "fieldPath": "p", "indexes": [] }} ] }}"#
+        );
+        self.file("indexes.json", &text)
+            .to_str()
+            .expect("a UTF-8 temp path")
+            .to_owned()
+    }
 }
 
 impl Drop for TempDir {

@@ -159,18 +159,10 @@ async fn sigterm_closes_a_connection_whose_client_stopped_reading() {
     // A listener that stops reading while its socket buffers fill, but stays under the
     // slow-consumer bound (64 MiB here): the drain must still close it and exit.
     let dir = TempDir::new("stalled");
-    let indexes = dir.file(
-        "indexes.json",
-        r#"{ "fieldOverrides": [ { "collectionGroup": "stall", "fieldPath": "p", "indexes": [] } ] }"#,
-    );
+    let indexes = dir.payload_exempt_indexes("stall");
     let mut relay = Relay::start(
         dir.path(),
-        &[
-            "--max-outbound-bytes",
-            "67108864",
-            "--indexes",
-            indexes.to_str().unwrap(),
-        ],
+        &["--max-outbound-bytes", "67108864", "--indexes", &indexes],
     );
     let writer = relay.client("stall").await;
     let mut stalled = handshaken(&relay, "stall").await;

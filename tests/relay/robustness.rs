@@ -520,16 +520,8 @@ async fn tokens_are_verified() {
 async fn a_slow_consumer_is_dropped_while_others_keep_up() {
     // The payload field is exempt from indexing: the test is about fan-out, not indexes.
     let dir = TempDir::new("slow");
-    let indexes = dir.file(
-        "indexes.json",
-        r#"{ "fieldOverrides": [ { "collectionGroup": "busy", "fieldPath": "p", "indexes": [] } ] }"#,
-    );
-    let relay = Relay::fresh(&[
-        "--max-outbound-bytes",
-        "65536",
-        "--indexes",
-        indexes.to_str().unwrap(),
-    ]);
+    let indexes = dir.payload_exempt_indexes("busy");
+    let relay = Relay::fresh(&["--max-outbound-bytes", "65536", "--indexes", &indexes]);
     let writer = relay.client("busy").await;
     let q = Query::collection(coll("busy"));
     let mut good = within(writer.listen(&q, None)).await.unwrap();
