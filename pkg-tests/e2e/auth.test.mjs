@@ -30,9 +30,20 @@ test('a short-lived token is refreshed through the callback before it expires; w
   await installSigner(p);
   await p.evaluate(async (url) => {
     window.calls = 0;
+    // (asked at, expiry) of every token handed out, in ms.
+    window.tokens = [];
     const token = async () => {
       window.calls += 1;
-      return window.jwt({ sub: 'u1', exp: Math.floor(Date.now() / 1000) + 3 });
+      const exp = Math.floor(Date.now() / 1000) + 3;
+      window.tokens.push([Date.now(), exp * 1000]);
+      return window.jwt({ sub: 'u1', exp });
+    };
+    // Count connections: a refresh goes over the open one (an Auth message); a token the
+    // relay refused would show as a reconnection.
+    window.sockets = 0;
+    const Native = window.WebSocket;
+    window.WebSocket = class extends Native {
+      constructor(...args) { super(...args); window.sockets += 1; }
     };
     window.db = await window.hearth.Hearth.open({ name: 'auth-refresh', relay: url, token });
     window.seen = [];
@@ -49,6 +60,12 @@ test('a short-lived token is refreshed through the callback before it expires; w
   await p.waitForFunction(() => window.seen[window.seen.length - 1] === 4);
   const calls = await p.evaluate(() => window.calls);
   assert.ok(calls >= 3, `the callback was asked ${calls} times`);
+  // Each token was replaced before it expired, over the one connection.
+  const tokens = await p.evaluate(() => window.tokens);
+  for (let k = 1; k < tokens.length; k++) {
+    assert.ok(tokens[k][0] < tokens[k - 1][1], `token ${k} was asked for after token ${k - 1} expired: ${JSON.stringify(tokens)}`);
+  }
+  assert.equal(await p.evaluate(() => window.sockets), 1, 'one connection throughout');
   const server = await p.evaluate(async () => (await window.db.collection('a').get({ source: 'server' })).size);
   assert.equal(server, 4);
   await p.evaluate(() => window.db.close());

@@ -1175,9 +1175,6 @@ impl LeanListener {
     }
 }
 
-/// Type bytes of the relay messages the lean listener looks at (docs/protocol.md §4.2).
-const TARGET_CHANGE: u8 = 0x86;
-
 /// One in this many lean listeners decodes the listened document in every change and
 /// checks it against the write committed at the snapshot's version.
 const CHECK_EVERY: usize = 50;
@@ -1231,7 +1228,9 @@ impl LeanConn {
                 }
             };
             let payload = &self.buf[start..end];
-            if !self.check && payload.first() == Some(&TARGET_CHANGE) {
+            if !self.check
+                && payload.first() == Some(&hearth::core::protocol::codec::ty::TARGET_CHANGE)
+            {
                 // The target id, a varint: this listener's only target is 1.
                 if payload.get(1) != Some(&1) {
                     let e = format!("a change for another target: {payload:02x?}");

@@ -244,7 +244,7 @@ struct Connection {
 async fn refuse(out: &Outbound, reply: Bytes) {
     out.send(reply);
     out.close(false);
-    let _ = tokio::time::timeout(Duration::from_secs(5), out.flush()).await;
+    let _ = tokio::time::timeout(CLOSE_FLUSH, out.flush()).await;
 }
 
 impl Connection {
@@ -773,36 +773,27 @@ async fn flusher(
     };
     loop {
         tokio::select! {
+            // An overflow is seen first: the connection closes because of it.
             biased;
             _ = &mut overflow => {
                 abandon(&out);
                 break;
-            }
-            _ = out.backlogged() => {
-                // A peer that stopped reading blocks this; overflow abandons it, and a
-                // close still closes (within CLOSE_FLUSH).
-                tokio::select! {
-                    // An overflow is seen first: the connection closes because of it.
-                    biased;
-                    _ = &mut overflow => {
-                        abandon(&out);
-                        break;
-                    }
-                    r = closing.changed() => {
-                        let peer_closed = r.is_ok() && *closing.borrow();
-                        out.close(peer_closed);
-                        break;
-                    }
-                    r = out.flush() => if r.is_err() {
-                        return;
-                    },
-                }
             }
             r = closing.changed() => {
                 let peer_closed = r.is_ok() && *closing.borrow();
                 out.close(peer_closed);
                 break;
             }
+            // Restartable: a tick that wins drops it, and the next pass re-checks the backlog.
+            // A peer that stopped reading holds it; overflow abandons, a close still closes.
+            r = async {
+                if out.backlog_bytes() == 0 {
+                    out.backlogged().await;
+                }
+                out.flush().await
+            } => if r.is_err() {
+                return;
+            },
             _ = tick.tick() => {
                 // A heartbeat on a tick that finds the connection silent for a whole interval.
                 if !out.take_wrote() {

@@ -102,7 +102,6 @@ impl Inner {
 }
 
 /// The fan-out of one database.
-#[derive(Default)]
 pub struct Fanout {
     inner: Mutex<Inner>,
     /// Latest version whose changes have been fanned out (heartbeats carry it).

@@ -6,7 +6,8 @@
 //! ```text
 //! socket ─► conn (decode, auth, dispatch) ─┬─ reads: store snapshot + core executor
 //!                                          ├─ writes: commit queue ─► committer thread ─► redb
-//!                                          └─ listens: fanout ◄── fan-out task ◄────┘
+//!                                          └─ listens: fanout ◄── fan-out thread ◄───┘
+//! frames ─► outbound (in place; backlog + flusher task when the socket is full) ─► socket
 //! ```
 
 pub mod auth;
@@ -195,7 +196,7 @@ fn take_commits(
 
 impl Relay {
     /// Opens the store, backfills indexes whose definitions changed, and starts the
-    /// committer thread and the fan-out task (so it must be called within a tokio runtime).
+    /// committer and fan-out threads.
     pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
         let store = Arc::new(Store::open(&config.data_dir)?);
         let committer = Committer::new(config.max_inflight_writes);
@@ -338,14 +339,14 @@ impl Relay {
         if let Some(db) = dbs.get(name) {
             return Ok(db.clone());
         }
+        // Listed databases were all created at start.
         if let Some(allowed) = &self.config.databases {
-            if !allowed.iter().any(|d| d == name) {
-                return Err(DatabaseError::NotServed {
-                    name: name.to_owned(),
-                    served: allowed.join(", "),
-                });
-            }
-        } else if dbs.len() >= self.config.max_databases {
+            return Err(DatabaseError::NotServed {
+                name: name.to_owned(),
+                served: allowed.join(", "),
+            });
+        }
+        if dbs.len() >= self.config.max_databases {
             return Err(DatabaseError::TooMany {
                 name: name.to_owned(),
                 max: self.config.max_databases,

@@ -30,6 +30,9 @@ use crate::core::protocol::ServerMessage;
 const OP_BINARY: u8 = 0x2;
 const OP_CLOSE: u8 = 0x8;
 
+/// A Close frame's body: status 1000 (normal closure) and a reason.
+const CLOSE_NORMAL: &[u8] = b"\x03\xE8closing";
+
 /// Most backlog entries handed to one `writev`.
 const MAX_IOV: usize = 64;
 
@@ -85,16 +88,21 @@ impl Entry {
         self.len() - self.written
     }
 
-    /// The unwritten parts, appended to `out`.
-    fn slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
+    /// Puts the unwritten parts (at most two) at the start of `out`; returns how many.
+    fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
         let h = self.head_len as usize;
         if self.written < h {
-            out.push(IoSlice::new(&self.head[self.written..h]));
-            if !self.body.is_empty() {
-                out.push(IoSlice::new(&self.body));
+            out[0] = IoSlice::new(&self.head[self.written..h]);
+            if self.body.is_empty() {
+                return 1;
             }
+            out[1] = IoSlice::new(&self.body);
+            2
         } else if self.written < self.len() {
-            out.push(IoSlice::new(&self.body[self.written - h..]));
+            out[0] = IoSlice::new(&self.body[self.written - h..]);
+            1
+        } else {
+            0
         }
     }
 }
@@ -187,11 +195,14 @@ impl Outbound {
         let was_empty = st.backlog.is_empty();
         let mut written = 0;
         if was_empty {
-            let mut iov = Vec::with_capacity(2 * N);
+            // On the stack: this runs once per notification per connection.
+            debug_assert!(N <= 2);
+            let mut iov = [IoSlice::new(&[]); 4];
+            let mut n = 0;
             for e in &entries {
-                e.slices(&mut iov);
+                n += e.slices(&mut iov[n..]);
             }
-            match s.sock.try_write_vectored(&iov) {
+            match s.sock.try_write_vectored(&iov[..n]) {
                 Ok(n) => written = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => {
@@ -276,12 +287,12 @@ impl Outbound {
                     if st.backlog.is_empty() {
                         return Ok(());
                     }
-                    let mut iov = Vec::with_capacity(2 * MAX_IOV);
+                    let mut iov = [IoSlice::new(&[]); 2 * MAX_IOV];
+                    let mut n = 0;
                     for e in st.backlog.iter().take(MAX_IOV) {
-                        e.slices(&mut iov);
+                        n += e.slices(&mut iov[n..]);
                     }
-                    let result = s.sock.try_write_vectored(&iov);
-                    drop(iov);
+                    let result = s.sock.try_write_vectored(&iov[..n]);
                     match result {
                         Ok(0) => {
                             self.fail(&mut st);
@@ -321,10 +332,8 @@ impl Outbound {
             return;
         }
         if !peer_closed {
-            // 1000: normal closure.
-            let mut body = 1000u16.to_be_bytes().to_vec();
-            body.extend_from_slice(b"closing");
-            self.write_locked(&mut st, [Entry::frame(OP_CLOSE, Bytes::from(body))]);
+            let body = Bytes::from_static(CLOSE_NORMAL);
+            self.write_locked(&mut st, [Entry::frame(OP_CLOSE, body)]);
         }
         st.closed = true;
         if !st.backlog.is_empty() {
@@ -359,7 +368,7 @@ impl Outbound {
         s.metrics.outbound_bytes(-(dropped as i64));
         for e in [
             Entry::frame(OP_BINARY, last),
-            Entry::frame(OP_CLOSE, Bytes::from_static(&[0x03, 0xE8])),
+            Entry::frame(OP_CLOSE, Bytes::from_static(&CLOSE_NORMAL[..2])),
         ] {
             st.bytes += e.len();
             s.metrics.outbound_bytes(e.len() as i64);

@@ -114,8 +114,9 @@ const MAX_INDEX_JSON_DEPTH: usize = 8;
 /// claim the whole remaining input).
 const MAX_PREALLOC: usize = 1024;
 
-/// Message type bytes. Client messages use 0x01.., relay messages 0x81...
-mod ty {
+/// Message type bytes (docs/protocol.md §4). Client messages use 0x01.., relay messages
+/// 0x81...
+pub mod ty {
     pub const HELLO: u8 = 0x01;
     pub const AUTH: u8 = 0x02;
     pub const GET: u8 = 0x03;
