@@ -798,8 +798,10 @@ impl Sync {
 
 /// When a JWT expires (its `exp`, in ms since the epoch); `None` for anything else.
 fn jwt_expiry_ms(token: &str) -> Option<f64> {
-    let payload = token.split('.').nth(1)?;
-    let mut b64: String = payload
+    // The payload is base64url without padding: map it to the standard alphabet.
+    let payload: String = token
+        .split('.')
+        .nth(1)?
         .chars()
         .map(|c| match c {
             '-' => '+',
@@ -807,17 +809,9 @@ fn jwt_expiry_ms(token: &str) -> Option<f64> {
             c => c,
         })
         .collect();
-    while !b64.len().is_multiple_of(4) {
-        b64.push('=');
-    }
-    let atob: Function = Reflect::get(&js_sys::global(), &"atob".into())
-        .ok()?
-        .dyn_into()
-        .ok()?;
-    let json = atob.call1(&JsValue::NULL, &b64.into()).ok()?.as_string()?;
+    let json = String::from_utf8(crate::client::types::base64_decode(&payload)?).ok()?;
     let claims = js_sys::JSON::parse(&json).ok()?;
-    let exp = Reflect::get(&claims, &"exp".into()).ok()?.as_f64()?;
-    Some(exp * 1000.0)
+    Some(Reflect::get(&claims, &"exp".into()).ok()?.as_f64()? * 1000.0)
 }
 
 /// A one-shot channel for single-threaded futures.

@@ -453,7 +453,7 @@ fn base64_encode(data: &[u8]) -> String {
 
 /// Decodes like `atob`: ASCII whitespace is skipped and padding may be left out, but a
 /// stray character, misplaced padding or an impossible length is refused.
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let mut symbols: Vec<u8> = s
         .bytes()
         .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
