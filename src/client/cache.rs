@@ -12,8 +12,9 @@
 //!   version arriving). Reads do not rewrite records; recently read documents are held
 //!   instead.
 //! - **When**: writes add the bytes they store to an estimate (never subtracting, so it
-//!   only overestimates); once it passes the budget, or shortly after open, a collection
-//!   walks the store for the exact size. Above [`START`] of the budget it evicts down to
+//!   only overestimates); once it passes the budget (or, when held documents kept the last
+//!   collection above it, 15 % of the budget more than that collection left), or shortly
+//!   after open, a collection walks the store for the exact size. Above [`START`] of the budget it evicts down to
 //!   [`TARGET`], so a collection is followed by at least 15 % of the budget in writes before
 //!   the next. The walk and the deletions hold the engine's write lock.
 //! - **Resume points**: a target's stored resume version promises the cache holds its
@@ -53,6 +54,10 @@ pub struct Cache {
     /// Bytes stored, an overestimate: the last exact size plus every write since (0 until
     /// the first collection, which runs shortly after open, measures it).
     estimate: Cell<u64>,
+    /// The estimate past which the next collection is due: the budget, or 15 % of it above
+    /// what the last collection left, whichever is more (held documents can keep the cache
+    /// over budget, and each collection walks the whole store).
+    next_at: Cell<u64>,
     recent: RefCell<VecDeque<DocumentName>>,
     running: Cell<bool>,
 }
@@ -62,6 +67,7 @@ impl Cache {
         Cache {
             budget,
             estimate: Cell::new(0),
+            next_at: Cell::new(budget.unwrap_or(u64::MAX)),
             recent: RefCell::new(VecDeque::new()),
             running: Cell::new(false),
         }
@@ -73,11 +79,11 @@ impl Cache {
 
     /// Counts `bytes` just written; true when a collection is due.
     pub fn wrote(&self, bytes: u64) -> bool {
-        let Some(budget) = self.budget else {
+        if self.budget.is_none() {
             return false;
-        };
+        }
         self.estimate.set(self.estimate.get().saturating_add(bytes));
-        self.estimate.get() > budget
+        self.estimate.get() > self.next_at.get()
     }
 
     /// Remembers documents a read returned (they are held while recent).
@@ -103,9 +109,15 @@ impl Cache {
         !self.running.replace(true)
     }
 
+    /// Ends a collection; `exact` is the size it left (`None`: it did not run).
     pub fn end(&self, exact: Option<u64>) {
         if let Some(bytes) = exact {
             self.estimate.set(bytes);
+        }
+        if let Some(budget) = self.budget {
+            let gap = ((START - TARGET) * budget as f64) as u64;
+            self.next_at
+                .set(budget.max(self.estimate.get().saturating_add(gap)));
         }
         self.running.set(false);
     }
