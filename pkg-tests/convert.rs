@@ -5,6 +5,8 @@
 //! Run: `CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
 //! CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --test convert`
 #![cfg(target_arch = "wasm32")]
+// Tests unwrap: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 use hearth::client::convert::{
     field_path_arg, from_value, map_to_js, parse_set_data, parse_update_data, parse_update_pairs,
@@ -12,10 +14,10 @@ use hearth::client::convert::{
 };
 use hearth::client::error::ClientError;
 use hearth::client::types::{Bytes, FieldPath as JsFieldPath, FieldValue, GeoPoint, Timestamp};
-use hearth::core::document::Document;
-use hearth::core::mutation::{ApplyContext, FieldTransform, SetMerge};
-use hearth::core::path::{DocumentName, FieldPath};
-use hearth::core::value::{GeoPoint as CoreGeoPoint, Map, Timestamp as CoreTimestamp, Value};
+use hearth_core::document::Document;
+use hearth_core::mutation::{ApplyContext, FieldTransform, SetMerge};
+use hearth_core::path::{DocumentName, FieldPath};
+use hearth_core::value::{GeoPoint as CoreGeoPoint, Map, Timestamp as CoreTimestamp, Value};
 use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;

@@ -2,10 +2,20 @@
 //! scans checked against `MemStore`, atomic batches, reopen, delete, blocked upgrades, the
 //! schema-1 upgrade, and a write/scan benchmark whose figures are printed.
 #![cfg(target_arch = "wasm32")]
+// Tests unwrap: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-include!("idb_store_suite.rs");
+#[path = "idb_store_suite.rs"]
+mod suite;
+
+use hearth::client::idb_store::{IdbStore, ScanMethod, WriteOp, SCHEMA_VERSION};
+use hearth_core::kv::{KeyRange, KvRead, Table};
+use js_sys::Reflect;
+use suite::{fresh, now_ms, raw_done, raw_open, Rng};
+use wasm_bindgen::JsValue;
+use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
 // The write/scan benchmark runs in the window only (it takes seconds).
 
@@ -13,12 +23,12 @@ use std::collections::BTreeMap;
 
 /// One realistic document (~300 bytes encoded) and its ~10 automatic index entries.
 fn bench_document(i: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>, Vec<Vec<u8>>) {
-    use hearth::core::document::Document;
-    use hearth::core::encoding::document::encode_document;
-    use hearth::core::index::def::IndexCatalog;
-    use hearth::core::index::keys::{document_entries, document_key};
-    use hearth::core::path::DocumentName;
-    use hearth::core::value::{Map, Value};
+    use hearth_core::document::Document;
+    use hearth_core::encoding::document::encode_document;
+    use hearth_core::index::def::IndexCatalog;
+    use hearth_core::index::keys::{document_entries, document_key};
+    use hearth_core::path::DocumentName;
+    use hearth_core::value::{Map, Value};
 
     let name = DocumentName::parse(&format!("instruments/{:020}", rng.next())).unwrap();
     let mut fields = Map::new();

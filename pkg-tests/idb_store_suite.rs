@@ -1,23 +1,24 @@
-// The IndexedDB store's browser suite, included by `idb_store.rs` (a window),
-// `idb_store_worker.rs` (a dedicated worker) and `idb_store_service_worker.rs` (a service
-// worker); each configures the context it runs in (the window adds the benchmark).
+//! The IndexedDB store's browser suite, a module of `idb_store.rs` (a window),
+//! `idb_store_worker.rs` (a dedicated worker) and `idb_store_service_worker.rs` (a service
+//! worker); each configures the context it runs in (the window adds the benchmark, which
+//! uses the helpers here).
 
 use hearth::client::idb_store::{IdbStore, Key, ScanMethod, Store, WriteOp, SCHEMA_VERSION};
-use hearth::core::kv::{KeyRange, KvRead, MemStore, Table};
+use hearth_core::kv::{KeyRange, KvRead, MemStore, Table};
 use js_sys::{Promise, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
 /// A fresh, empty store named `name`.
-async fn fresh(name: &str) -> IdbStore {
+pub(crate) async fn fresh(name: &str) -> IdbStore {
     IdbStore::delete(name)
         .await
         .expect("delete before the test");
     IdbStore::open(name).await.expect("open")
 }
 
-fn put(store: Store, key: Key, value: &[u8]) -> WriteOp {
+pub(crate) fn put(store: Store, key: Key, value: &[u8]) -> WriteOp {
     WriteOp::Put {
         store,
         key,
@@ -26,7 +27,7 @@ fn put(store: Store, key: Key, value: &[u8]) -> WriteOp {
 }
 
 /// A document record: its encoded bytes and index entry keys.
-fn doc(key: &[u8], value: &[u8], index_keys: &[&[u8]]) -> WriteOp {
+pub(crate) fn doc(key: &[u8], value: &[u8], index_keys: &[&[u8]]) -> WriteOp {
     WriteOp::PutDocument {
         key: key.to_vec(),
         value: value.to_vec(),
@@ -35,12 +36,12 @@ fn doc(key: &[u8], value: &[u8], index_keys: &[&[u8]]) -> WriteOp {
     }
 }
 
-fn bytes(k: &[u8]) -> Key {
+pub(crate) fn bytes(k: &[u8]) -> Key {
     Key::Bytes(k.to_vec())
 }
 
 /// Resolves after `ms` milliseconds (a later task: held transactions are over by then).
-async fn sleep(ms: i32) {
+pub(crate) async fn sleep(ms: i32) {
     // The global scope's `setTimeout`: a window's or a worker's.
     let promise = Promise::new(&mut |resolve, _| {
         let global = js_sys::global();
@@ -54,7 +55,7 @@ async fn sleep(ms: i32) {
     JsFuture::from(promise).await.unwrap();
 }
 
-fn now_ms() -> f64 {
+pub(crate) fn now_ms() -> f64 {
     let performance: web_sys::Performance = Reflect::get(&js_sys::global(), &"performance".into())
         .unwrap()
         .unchecked_into();
@@ -62,22 +63,22 @@ fn now_ms() -> f64 {
 }
 
 /// xorshift64*: a fixed-seed generator (proptest does not run on wasm32).
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
     /// A short key over bytes that stress memcmp order: 0x00, 0xff, and neighbours.
-    fn key(&mut self) -> Vec<u8> {
+    pub(crate) fn key(&mut self) -> Vec<u8> {
         const ALPHABET: [u8; 7] = [0x00, 0x01, 0x02, 0x7f, 0x80, 0xfe, 0xff];
         let len = self.below(6) as usize;
         (0..len)
@@ -87,7 +88,7 @@ impl Rng {
 }
 
 /// Waits for a raw transaction to complete (panics if it aborts).
-async fn raw_done(tx: &web_sys::IdbTransaction) {
+pub(crate) async fn raw_done(tx: &web_sys::IdbTransaction) {
     let done = Promise::new(&mut |resolve, reject| {
         tx.set_oncomplete(Some(&resolve));
         tx.set_onabort(Some(&reject));
@@ -97,7 +98,7 @@ async fn raw_done(tx: &web_sys::IdbTransaction) {
 
 /// The raw `IDBOpenDBRequest` result, awaited through a JS promise (a connection this test
 /// holds without any `versionchange` handler, like an old tab would).
-async fn raw_open(name: &str, version: u32) -> web_sys::IdbDatabase {
+pub(crate) async fn raw_open(name: &str, version: u32) -> web_sys::IdbDatabase {
     let factory: web_sys::IdbFactory = Reflect::get(&js_sys::global(), &"indexedDB".into())
         .unwrap()
         .unchecked_into();

@@ -13,7 +13,7 @@ export const root = new URL('../../', import.meta.url).pathname;
 /** Starts hearth-relay on a free loopback port with a fresh data directory. */
 export async function startRelay(extraArgs = []) {
   const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
-  if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build --features relay --bin hearth-relay`);
+  if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build -p hearth-relay --bin hearth-relay`);
   const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
   const proc = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', data,
     '--indexes', join(root, 'pkg-tests/e2e/indexes.json'), '--heartbeat-ms', '500', ...extraArgs],

@@ -34,7 +34,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::core::path::DocumentName;
+use hearth_core::path::DocumentName;
 
 /// The default budget: 40 MiB.
 pub const DEFAULT_BUDGET: u64 = 40 * 1024 * 1024;

@@ -37,10 +37,10 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::error::ClientError;
 use super::types::{self, Instance, Sentinel};
-use crate::core::document::MAX_DEPTH;
-use crate::core::mutation::{FieldTransform, Mutation, SetMerge};
-use crate::core::path::{DocumentName, FieldPath};
-use crate::core::value::{Map, Value};
+use hearth_core::document::MAX_DEPTH;
+use hearth_core::mutation::{FieldTransform, Mutation, SetMerge};
+use hearth_core::path::{DocumentName, FieldPath};
+use hearth_core::value::{Map, Value};
 
 /// `Number.MAX_SAFE_INTEGER`: 2^53 − 1.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;

@@ -24,20 +24,20 @@ use super::cache::Cache;
 use super::error::ClientError;
 use super::idb_store::{IdbStore, Key, Store, WriteOp, META_INDEXED};
 use super::lock::AsyncLock;
-use crate::core::document::Document;
-use crate::core::encoding::document::{decode_document, encode_document};
-use crate::core::index::config::IndexFile;
-use crate::core::index::def::IndexCatalog;
-use crate::core::index::keys::{document_entries, document_key};
-use crate::core::kv::Table;
-use crate::core::mutation::{ApplyContext, Mutation};
-use crate::core::path::DocumentName;
-use crate::core::protocol::codec::{decode_mutation, encode_mutation};
-use crate::core::query::execute::{fetch, run_aggregation, run_query};
-use crate::core::query::model::{Aggregation, Query};
-use crate::core::query::validate::validate;
-use crate::core::query::view::{diff, DocChange, View};
-use crate::core::value::{Timestamp, Value};
+use hearth_core::document::Document;
+use hearth_core::encoding::document::{decode_document, encode_document};
+use hearth_core::index::config::IndexFile;
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::{document_entries, document_key};
+use hearth_core::kv::Table;
+use hearth_core::mutation::{ApplyContext, Mutation};
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::codec::{decode_mutation, encode_mutation};
+use hearth_core::query::execute::{fetch, run_aggregation, run_query};
+use hearth_core::query::model::{Aggregation, Query};
+use hearth_core::query::validate::validate;
+use hearth_core::query::view::{diff, DocChange, View};
+use hearth_core::value::{Timestamp, Value};
 
 /// One pending write batch.
 #[derive(Clone, Debug)]
@@ -195,7 +195,7 @@ impl Engine {
             Some(f) => f,
             None => match store.get_meta(META_INDEXES).await? {
                 Some(b) => {
-                    crate::core::index::config::parse_index_file(&String::from_utf8_lossy(&b))
+                    hearth_core::index::config::parse_index_file(&String::from_utf8_lossy(&b))
                         .unwrap_or_default()
                 }
                 None => IndexFile::default(),
@@ -372,7 +372,7 @@ impl Engine {
         let mut bases: HashMap<DocumentName, Option<Document>> = HashMap::new();
         if let Some(read) = &read {
             let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
-            let fetched = crate::core::kv::KvRead::get_many(read, Table::Documents, &keys)
+            let fetched = hearth_core::kv::KvRead::get_many(read, Table::Documents, &keys)
                 .await
                 .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
             for (name, bytes) in distinct.into_iter().zip(fetched) {
@@ -725,7 +725,7 @@ impl Engine {
         {
             let read = self.store.read().await?;
             let keys: Vec<Vec<u8>> = docs.iter().map(|(n, _)| document_key(n)).collect();
-            let olds = crate::core::kv::KvRead::get_many(&read, Table::Documents, &keys)
+            let olds = hearth_core::kv::KvRead::get_many(&read, Table::Documents, &keys)
                 .await
                 .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
             let pending = self.pending_names();
@@ -858,7 +858,7 @@ impl Engine {
         if let Some(l) = self.on_listen.borrow().as_ref() {
             let q = Query::collection(name.parent()).where_(
                 "__name__",
-                crate::core::query::model::Operator::Equal,
+                hearth_core::query::model::Operator::Equal,
                 Value::Reference(name.clone()),
             );
             l(id, &q);

@@ -42,20 +42,20 @@ impl From<ClientError> for JsValue {
     }
 }
 
-impl From<crate::core::query::validate::QueryError> for ClientError {
-    fn from(e: crate::core::query::validate::QueryError) -> ClientError {
+impl From<hearth_core::query::validate::QueryError> for ClientError {
+    fn from(e: hearth_core::query::validate::QueryError) -> ClientError {
         ClientError::new(e.code(), e.to_string())
     }
 }
 
-impl From<crate::core::mutation::MutationError> for ClientError {
-    fn from(e: crate::core::mutation::MutationError) -> ClientError {
+impl From<hearth_core::mutation::MutationError> for ClientError {
+    fn from(e: hearth_core::mutation::MutationError) -> ClientError {
         ClientError::new(e.code(), e.to_string())
     }
 }
 
-impl From<crate::core::path::PathError> for ClientError {
-    fn from(e: crate::core::path::PathError) -> ClientError {
+impl From<hearth_core::path::PathError> for ClientError {
+    fn from(e: hearth_core::path::PathError) -> ClientError {
         ClientError::invalid(e.to_string())
     }
 }
@@ -63,5 +63,5 @@ impl From<crate::core::path::PathError> for ClientError {
 /// The static code for a code's text (as passed between tabs): one of the protocol's codes,
 /// which the client's own errors use too, or `unknown`.
 pub fn code_of(text: &str) -> &'static str {
-    crate::core::protocol::ErrorCode::parse(text).map_or("unknown", |c| c.as_str())
+    hearth_core::protocol::ErrorCode::parse(text).map_or("unknown", |c| c.as_str())
 }

@@ -18,14 +18,14 @@ use web_sys::{BinaryType, MessageEvent, WebSocket};
 use super::engine::{Batch, Engine};
 use super::error::ClientError;
 use super::idb_store::{Key, Store, WriteOp};
-use crate::core::document::Document;
-use crate::core::path::DocumentName;
-use crate::core::protocol::codec::{decode_server, encode_client, encode_query};
-use crate::core::protocol::ErrorCode;
-use crate::core::protocol::{
+use hearth_core::document::Document;
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::codec::{decode_server, encode_client, encode_query};
+use hearth_core::protocol::ErrorCode;
+use hearth_core::protocol::{
     ClientMessage, DocumentChange, ServerMessage, TargetChangeKind, PROTOCOL_VERSION,
 };
-use crate::core::query::model::Query;
+use hearth_core::query::model::Query;
 
 type Reply = Box<dyn FnOnce(Result<ServerMessage, ClientError>)>;
 
@@ -738,7 +738,7 @@ impl Sync {
     pub async fn commit_transaction(
         &self,
         batch_id: u64,
-        mutations: Vec<crate::core::mutation::Mutation>,
+        mutations: Vec<hearth_core::mutation::Mutation>,
         reads: Vec<(DocumentName, Option<u64>)>,
     ) -> Result<u64, ClientError> {
         let reply = self

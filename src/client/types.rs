@@ -29,8 +29,8 @@ use wasm_bindgen::JsCast;
 
 use super::convert::{self, js_number, number_value};
 use super::error::ClientError;
-use crate::core::path::{DocumentName, FieldPath as CoreFieldPath};
-use crate::core::value::{
+use hearth_core::path::{DocumentName, FieldPath as CoreFieldPath};
+use hearth_core::value::{
     GeoPoint as CoreGeoPoint, Timestamp as CoreTimestamp, Value, MAX_TIMESTAMP_SECONDS,
     MIN_TIMESTAMP_SECONDS,
 };

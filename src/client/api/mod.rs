@@ -21,8 +21,8 @@ pub use write::{Transaction, WriteBatch};
 use super::engine::Engine;
 use super::error::ClientError;
 use super::sync::Sync;
-use crate::core::index::config::{parse_index_file, IndexFile};
-use crate::core::path::{CollectionPath, DocumentName};
+use hearth_core::index::config::{parse_index_file, IndexFile};
+use hearth_core::path::{CollectionPath, DocumentName};
 
 /// One open database: the engine and, when a relay is configured, its connection.
 pub struct Db {
@@ -318,7 +318,7 @@ impl Hearth {
         }
         Ok(Query::from_core(
             &self.db,
-            crate::core::query::model::Query::collection_group(id),
+            hearth_core::query::model::Query::collection_group(id),
         ))
     }
 

@@ -13,14 +13,14 @@ use super::{Db, DocumentReference};
 use crate::client::convert::{field_path_arg, to_value};
 use crate::client::engine::ListenEvent;
 use crate::client::error::ClientError;
-use crate::core::encoding::key::Direction;
-use crate::core::path::{CollectionPath, FieldPath};
-use crate::core::protocol::ServerMessage;
-use crate::core::query::model::{
+use hearth_core::encoding::key::Direction;
+use hearth_core::path::{CollectionPath, FieldPath};
+use hearth_core::protocol::ServerMessage;
+use hearth_core::query::model::{
     Aggregation, Cursor, FieldFilter, Filter as CoreFilter, Operator, OrderBy, Query as CoreQuery,
 };
-use crate::core::query::normalize::normalized_order;
-use crate::core::value::Value;
+use hearth_core::query::normalize::normalized_order;
+use hearth_core::value::Value;
 
 /// A filter for `where`: `Filter.where(field, op, value)`, `Filter.or(...)`, `Filter.and(...)`.
 #[wasm_bindgen]
@@ -53,7 +53,7 @@ fn filter_list(list: &js_sys::Array) -> Result<Vec<CoreFilter>, ClientError> {
 fn filter_token(f: &CoreFilter) -> String {
     let q = CoreQuery::collection_group("f").filter(f.clone());
     let mut bytes = Vec::new();
-    crate::core::protocol::codec::encode_query(&q, &mut bytes);
+    hearth_core::protocol::codec::encode_query(&q, &mut bytes);
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -72,7 +72,7 @@ fn take_filter(v: &JsValue) -> Result<CoreFilter, ClientError> {
         })
         .collect();
     let q =
-        crate::core::protocol::codec::decode_query(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
+        hearth_core::protocol::codec::decode_query(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
     q.filter.ok_or_else(bad)
 }
 
@@ -208,7 +208,7 @@ impl Query {
                 .ok()
                 .and_then(|p| p.as_string())
                 .unwrap_or_default();
-            let name = crate::core::path::DocumentName::parse(&path).map_err(ClientError::from)?;
+            let name = hearth_core::path::DocumentName::parse(&path).map_err(ClientError::from)?;
             let data = Reflect::get(first, &"data".into())
                 .ok()
                 .and_then(|f| f.dyn_into::<Function>().ok())
@@ -223,7 +223,7 @@ impl Query {
                 Value::Map(m) => m,
                 _ => return Err(ClientError::invalid("snapshot data is not an object")),
             };
-            let doc = crate::core::document::Document::new(name.clone(), fields);
+            let doc = hearth_core::document::Document::new(name.clone(), fields);
             let mut values = Vec::new();
             for o in normalized_order(&self.query) {
                 match doc.field(&o.field) {
@@ -284,11 +284,11 @@ impl Query {
         let q = self.query.clone();
         let source = super::source_option(&options);
         future_to_promise(async move {
-            let q = crate::core::query::validate::validate(&q).map_err(ClientError::from)?;
+            let q = hearth_core::query::validate::validate(&q).map_err(ClientError::from)?;
             if let Some(sync) = db.read_source(source.as_deref())? {
                 let reply = sync
                     .request(
-                        |request_id| crate::core::protocol::ClientMessage::RunQuery {
+                        |request_id| hearth_core::protocol::ClientMessage::RunQuery {
                             request_id,
                             query: q.clone(),
                         },
@@ -309,14 +309,14 @@ impl Query {
                     (d, p)
                 });
                 let docs: Vec<_> = docs.collect();
-                let changes = crate::core::query::view::diff(
+                let changes = hearth_core::query::view::diff(
                     &[],
                     &docs.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
                 );
                 Ok(QuerySnapshot::new(&db, q, docs, changes, false).into())
             } else {
                 let docs = db.engine.query(&q).await?;
-                let changes = crate::core::query::view::diff(&[], &docs);
+                let changes = hearth_core::query::view::diff(&[], &docs);
                 let docs: Vec<_> = docs
                     .into_iter()
                     .map(|d| {
@@ -351,7 +351,7 @@ impl Query {
                 let a = aggs.clone();
                 match sync
                     .request(
-                        |request_id| crate::core::protocol::ClientMessage::RunAggregation {
+                        |request_id| hearth_core::protocol::ClientMessage::RunAggregation {
                             request_id,
                             query: q.clone(),
                             aggregations: a,
@@ -379,7 +379,7 @@ impl Query {
     }
 
     fn do_on_snapshot(&self, a: JsValue, b: JsValue, c: JsValue) -> Result<Function, JsValue> {
-        crate::core::query::validate::check_listenable(&self.query).map_err(ClientError::from)?;
+        hearth_core::query::validate::check_listenable(&self.query).map_err(ClientError::from)?;
         let obs = observer(a, b, c)?;
         let include = obs.include_metadata;
         let db = self.db.clone();
@@ -616,7 +616,7 @@ impl CollectionReference {
             return None;
         }
         let name =
-            crate::core::path::DocumentName::from_segments(segs[..segs.len() - 1].to_vec()).ok()?;
+            hearth_core::path::DocumentName::from_segments(segs[..segs.len() - 1].to_vec()).ok()?;
         Some(DocumentReference::new(&self.db, name))
     }
 

@@ -11,9 +11,9 @@ use super::snapshot::DocumentSnapshot;
 use super::{CollectionReference, Db};
 use crate::client::engine::ListenEvent;
 use crate::client::error::ClientError;
-use crate::core::mutation::Mutation;
-use crate::core::path::DocumentName;
-use crate::core::protocol::ServerMessage;
+use hearth_core::mutation::Mutation;
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::ServerMessage;
 
 /// A document's location; cheap to copy around.
 #[wasm_bindgen]
@@ -146,7 +146,7 @@ pub(crate) fn set_mutation(
     data: &JsValue,
     options: &JsValue,
 ) -> Result<Mutation, ClientError> {
-    use crate::core::mutation::SetMerge;
+    use hearth_core::mutation::SetMerge;
     let get = |k: &str| {
         if options.is_undefined() || options.is_null() {
             None
@@ -230,7 +230,7 @@ impl DocumentReference {
 
     pub fn collection(&self, path: &str) -> Result<CollectionReference, JsValue> {
         let full = format!("{}/{}", self.name, path);
-        let p = crate::core::path::CollectionPath::parse(&full).map_err(ClientError::from)?;
+        let p = hearth_core::path::CollectionPath::parse(&full).map_err(ClientError::from)?;
         Ok(CollectionReference::new(&self.db, p))
     }
 

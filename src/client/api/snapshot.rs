@@ -7,9 +7,9 @@ use wasm_bindgen::prelude::*;
 
 use super::{Db, DocumentReference, Query};
 use crate::client::convert::{from_value, map_to_js};
-use crate::core::document::Document;
-use crate::core::path::{DocumentName, FieldPath};
-use crate::core::query::view::{ChangeType, DocChange};
+use hearth_core::document::Document;
+use hearth_core::path::{DocumentName, FieldPath};
+use hearth_core::query::view::{ChangeType, DocChange};
 
 /// Whether a snapshot has local writes not yet acknowledged, and whether it came from the
 /// cache rather than a current relay result.
@@ -117,7 +117,7 @@ impl DocumentSnapshot {
 }
 
 impl DocumentSnapshot {
-    pub(crate) fn field(&self, path: &FieldPath) -> Option<crate::core::value::Value> {
+    pub(crate) fn field(&self, path: &FieldPath) -> Option<hearth_core::value::Value> {
         self.doc.as_ref()?.field(path).map(|v| v.into_owned())
     }
 }
@@ -126,7 +126,7 @@ impl DocumentSnapshot {
 #[wasm_bindgen]
 pub struct QuerySnapshot {
     pub(crate) db: Rc<Db>,
-    pub(crate) query: crate::core::query::model::Query,
+    pub(crate) query: hearth_core::query::model::Query,
     pub(crate) docs: Vec<(Document, bool)>,
     pub(crate) changes: Vec<DocChange>,
     pub(crate) meta: SnapshotMetadata,
@@ -135,7 +135,7 @@ pub struct QuerySnapshot {
 impl QuerySnapshot {
     pub(crate) fn new(
         db: &Rc<Db>,
-        query: crate::core::query::model::Query,
+        query: hearth_core::query::model::Query,
         docs: Vec<(Document, bool)>,
         changes: Vec<DocChange>,
         cache: bool,
@@ -228,7 +228,7 @@ impl QuerySnapshot {
 /// The result of an aggregation: `data()` maps each alias to its value.
 #[wasm_bindgen]
 pub struct AggregateQuerySnapshot {
-    pub(crate) values: Vec<(String, crate::core::value::Value)>,
+    pub(crate) values: Vec<(String, hearth_core::value::Value)>,
 }
 
 #[wasm_bindgen]

@@ -12,9 +12,9 @@ use super::reference::{set_mutation, update_mutation, write_promise};
 use super::snapshot::DocumentSnapshot;
 use super::Db;
 use crate::client::error::ClientError;
-use crate::core::mutation::Mutation;
-use crate::core::path::DocumentName;
-use crate::core::protocol::ServerMessage;
+use hearth_core::mutation::Mutation;
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::ServerMessage;
 
 /// Reads a `DocumentReference` argument by its public `path`.
 fn reference_name(v: &JsValue) -> Result<DocumentName, ClientError> {

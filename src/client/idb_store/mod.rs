@@ -82,7 +82,7 @@ use web_sys::{Event, IdbDatabase, IdbTransaction};
 
 use self::events::{OpenEvents, OpenOutcome, RequestEvents, TxEvents};
 use crate::client::error::ClientError;
-use crate::core::kv::KeyRange;
+use hearth_core::kv::KeyRange;
 
 pub use self::ops::{Key, Store, WriteOp};
 pub use self::read::{IdbRead, ScanMethod};

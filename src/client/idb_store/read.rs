@@ -12,7 +12,7 @@ use web_sys::{
 use super::events::RequestEvents;
 use super::{js, IdbStore, Store};
 use crate::client::error::ClientError;
-use crate::core::kv::{KeyRange, KvError, KvRead, Row, Table};
+use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
 
 /// How a range scan reads IndexedDB.
 #[doc(hidden)]

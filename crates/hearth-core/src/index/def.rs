@@ -1,0 +1,331 @@
+//! Index definitions and the catalog that says which indexes exist for a collection group.
+//!
+//! Three kinds of index hold entries:
+//! - automatic single-field indexes, per collection, on every field path of every document
+//!   (nested map fields included) unless a `fieldOverrides` entry exempts it;
+//! - composite indexes declared in `firestore.indexes.json`;
+//! - one automatic `__name__` index per collection group, for collection-group queries that
+//!   order only by name. Collection queries ordered by name read the documents table itself.
+//!
+//! An ordered index serves its own order and the exact reverse (a reverse scan), so an
+//! automatic single-field field keeps one ordered index for both `ASCENDING` and
+//! `DESCENDING`: half the entries Firestore writes, with the same queries served.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use sha2::{Digest, Sha256};
+
+use super::config::{
+    CompositeIndexSpec, FieldMode, FieldOverrideSpec, IndexFieldSpec, IndexFile, OverrideIndexSpec,
+    QueryScope,
+};
+use crate::document::Document;
+use crate::encoding::key::Direction;
+use crate::path::FieldPath;
+use crate::value::{Map, Value};
+
+/// Length of an index id in key bytes.
+pub const INDEX_ID_LEN: usize = 8;
+
+/// One index: which documents it covers and how its entries are ordered.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IndexDef {
+    pub collection_group: String,
+    pub scope: QueryScope,
+    /// Indexed fields in key order. Never contains `__name__`: the name always follows.
+    pub fields: Vec<(FieldPath, FieldMode)>,
+    /// Direction of the trailing document name: an explicit trailing `__name__` field's,
+    /// else the last ordered field's, else ascending.
+    pub name_dir: Direction,
+    /// First bytes of every entry key: a digest of the definition, so that both sides of
+    /// the sync compute the same keys without sharing a registry.
+    pub id: [u8; INDEX_ID_LEN],
+}
+
+pub fn mode_direction(mode: FieldMode) -> Option<Direction> {
+    match mode {
+        FieldMode::Ascending => Some(Direction::Ascending),
+        FieldMode::Descending => Some(Direction::Descending),
+        FieldMode::ArrayContains => None,
+    }
+}
+
+impl IndexDef {
+    pub fn new(
+        collection_group: &str,
+        scope: QueryScope,
+        mut fields: Vec<(FieldPath, FieldMode)>,
+    ) -> IndexDef {
+        let mut name_dir = fields
+            .iter()
+            .rev()
+            .find_map(|(_, m)| mode_direction(*m))
+            .unwrap_or(Direction::Ascending);
+        if let Some((f, m)) = fields.last() {
+            if f.is_document_id() {
+                name_dir = mode_direction(*m).unwrap_or(Direction::Ascending);
+                fields.pop();
+            }
+        }
+        let mut def = IndexDef {
+            collection_group: collection_group.to_owned(),
+            scope,
+            fields,
+            name_dir,
+            id: [0; INDEX_ID_LEN],
+        };
+        let digest = Sha256::digest(def.canonical().as_bytes());
+        def.id.copy_from_slice(&digest[..INDEX_ID_LEN]);
+        def
+    }
+
+    pub fn from_spec(spec: &CompositeIndexSpec) -> IndexDef {
+        IndexDef::new(
+            &spec.collection_group,
+            spec.query_scope,
+            spec.fields
+                .iter()
+                .map(|f| (f.field_path.clone(), f.mode))
+                .collect(),
+        )
+    }
+
+    /// The `firestore.indexes.json` entry that declares this index.
+    pub fn to_spec(&self) -> CompositeIndexSpec {
+        let mut fields: Vec<IndexFieldSpec> = self
+            .fields
+            .iter()
+            .map(|(f, m)| IndexFieldSpec {
+                field_path: f.clone(),
+                mode: *m,
+            })
+            .collect();
+        let last_dir = self
+            .fields
+            .iter()
+            .rev()
+            .find_map(|(_, m)| mode_direction(*m));
+        if last_dir.unwrap_or(Direction::Ascending) != self.name_dir {
+            fields.push(IndexFieldSpec {
+                field_path: FieldPath::document_id(),
+                mode: match self.name_dir {
+                    Direction::Ascending => FieldMode::Ascending,
+                    Direction::Descending => FieldMode::Descending,
+                },
+            });
+        }
+        CompositeIndexSpec {
+            collection_group: self.collection_group.clone(),
+            query_scope: self.scope,
+            fields,
+        }
+    }
+
+    /// A stable text form: `group|scope|field:mode,...|name-dir`, digested into the id.
+    pub fn canonical(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(s, "{}|{}|", self.collection_group, self.scope.as_str());
+        for (i, (f, m)) in self.fields.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let m = match m {
+                FieldMode::Ascending => "asc",
+                FieldMode::Descending => "desc",
+                FieldMode::ArrayContains => "contains",
+            };
+            let _ = write!(s, "{f}:{m}");
+        }
+        let _ = write!(s, "|{:?}", self.name_dir);
+        s
+    }
+}
+
+/// Which single-field indexes are enabled for one field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SingleFieldModes {
+    pub ascending: bool,
+    pub descending: bool,
+    pub array_contains: bool,
+}
+
+impl SingleFieldModes {
+    fn from_overrides(specs: &[OverrideIndexSpec], scope: QueryScope) -> SingleFieldModes {
+        let mut m = SingleFieldModes::default();
+        for s in specs.iter().filter(|s| s.query_scope == scope) {
+            match s.mode {
+                FieldMode::Ascending => m.ascending = true,
+                FieldMode::Descending => m.descending = true,
+                FieldMode::ArrayContains => m.array_contains = true,
+            }
+        }
+        m
+    }
+
+    /// The automatic setting without any override.
+    fn default_for(scope: QueryScope) -> SingleFieldModes {
+        match scope {
+            QueryScope::Collection => SingleFieldModes {
+                ascending: true,
+                descending: true,
+                array_contains: true,
+            },
+            QueryScope::CollectionGroup => SingleFieldModes::default(),
+        }
+    }
+}
+
+/// All index definitions of one database.
+#[derive(Clone, Debug, Default)]
+pub struct IndexCatalog {
+    composites: Vec<IndexDef>,
+    /// Overrides by collection group, then field path.
+    overrides: HashMap<String, Vec<FieldOverrideSpec>>,
+    source: IndexFile,
+}
+
+impl IndexCatalog {
+    /// Automatic indexes only.
+    pub fn new() -> IndexCatalog {
+        IndexCatalog::default()
+    }
+
+    pub fn from_file(file: &IndexFile) -> IndexCatalog {
+        let mut composites: Vec<IndexDef> = file.indexes.iter().map(IndexDef::from_spec).collect();
+        composites.sort_by_key(IndexDef::canonical);
+        composites.dedup();
+        let mut overrides: HashMap<String, Vec<FieldOverrideSpec>> = HashMap::new();
+        for o in &file.field_overrides {
+            overrides
+                .entry(o.collection_group.clone())
+                .or_default()
+                .push(o.clone());
+        }
+        IndexCatalog {
+            composites,
+            overrides,
+            source: file.clone(),
+        }
+    }
+
+    /// The definitions this catalog was built from.
+    pub fn file(&self) -> &IndexFile {
+        &self.source
+    }
+
+    /// Adds a composite index (the relay's `--auto-index`). Returns false if it existed.
+    pub fn add_composite(&mut self, def: IndexDef) -> bool {
+        if self.composites.contains(&def) {
+            return false;
+        }
+        self.source.indexes.push(def.to_spec());
+        self.composites.push(def);
+        true
+    }
+
+    pub fn composites(&self) -> &[IndexDef] {
+        &self.composites
+    }
+
+    /// The single-field settings of `field` in `group`: the most specific override whose
+    /// path is the field or one of its parents (overrides on a map apply to its subfields).
+    pub fn single_field_modes(
+        &self,
+        group: &str,
+        field: &FieldPath,
+        scope: QueryScope,
+    ) -> SingleFieldModes {
+        let best = self.overrides.get(group).and_then(|list| {
+            list.iter()
+                .filter(|o| field.starts_with(&o.field_path))
+                .max_by_key(|o| o.field_path.segments().len())
+        });
+        match best {
+            Some(o) => SingleFieldModes::from_overrides(&o.indexes, scope),
+            None => SingleFieldModes::default_for(scope),
+        }
+    }
+
+    /// The stored ordered single-field index of `field`, which serves both directions.
+    pub fn ordered_single_field(
+        &self,
+        group: &str,
+        field: &FieldPath,
+        scope: QueryScope,
+    ) -> Option<IndexDef> {
+        let m = self.single_field_modes(group, field, scope);
+        let mode = if m.ascending {
+            FieldMode::Ascending
+        } else if m.descending {
+            FieldMode::Descending
+        } else {
+            return None;
+        };
+        Some(IndexDef::new(group, scope, vec![(field.clone(), mode)]))
+    }
+
+    /// The stored array-contains single-field index of `field`.
+    pub fn contains_single_field(
+        &self,
+        group: &str,
+        field: &FieldPath,
+        scope: QueryScope,
+    ) -> Option<IndexDef> {
+        self.single_field_modes(group, field, scope)
+            .array_contains
+            .then(|| {
+                IndexDef::new(
+                    group,
+                    scope,
+                    vec![(field.clone(), FieldMode::ArrayContains)],
+                )
+            })
+    }
+
+    /// The automatic collection-group index of names.
+    pub fn group_name_index(group: &str) -> IndexDef {
+        IndexDef::new(group, QueryScope::CollectionGroup, Vec::new())
+    }
+
+    /// Every index that holds entries for `doc`.
+    pub fn indexes_for(&self, doc: &Document) -> Vec<IndexDef> {
+        let group = doc.name.collection_id();
+        let mut out = vec![IndexCatalog::group_name_index(group)];
+        let mut fields = Vec::new();
+        collect_field_paths(&doc.fields, &mut Vec::new(), &mut fields);
+        for (path, is_array) in fields {
+            for scope in [QueryScope::Collection, QueryScope::CollectionGroup] {
+                if let Some(def) = self.ordered_single_field(group, &path, scope) {
+                    out.push(def);
+                }
+                if is_array {
+                    if let Some(def) = self.contains_single_field(group, &path, scope) {
+                        out.push(def);
+                    }
+                }
+            }
+        }
+        out.extend(
+            self.composites
+                .iter()
+                .filter(|d| d.collection_group == group)
+                .cloned(),
+        );
+        out
+    }
+}
+
+/// Every field path of a document (maps and their subfields), with whether it holds an array.
+fn collect_field_paths(map: &Map, prefix: &mut Vec<String>, out: &mut Vec<(FieldPath, bool)>) {
+    for (k, v) in map {
+        prefix.push(k.clone());
+        let path = FieldPath::from_segments(prefix.clone())
+            .expect("stored documents have valid field names");
+        out.push((path, matches!(v, Value::Array(_))));
+        if let Value::Map(m) = v {
+            collect_field_paths(m, prefix, out);
+        }
+        prefix.pop();
+    }
+}

@@ -1,0 +1,195 @@
+//! The ordered key-value store the query executor reads and index maintenance writes.
+//!
+//! Two tables, both keyed by byte strings compared with `memcmp`:
+//! - `Documents`: [`crate::index::keys::document_key`] → encoded document.
+//! - `Index`: index entry keys ([`crate::index::keys`]) → empty values.
+//!
+//! The read trait is async so that IndexedDB (whose requests complete on the event loop) can
+//! implement it; a synchronous store (the relay's redb, [`MemStore`]) returns ready futures,
+//! and [`block_on_ready`] runs the executor over it without any runtime.
+//!
+//! Architecture invariant: a scan never returns more than `limit` rows, so the executor
+//! controls how much it reads.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::ops::Bound;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+/// The tables of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    Documents,
+    Index,
+}
+
+/// A half-open byte range `[start, end)`; `end == None` runs to the end of the table.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct KeyRange {
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+}
+
+impl KeyRange {
+    /// Every key that starts with `prefix`.
+    pub fn prefix(prefix: &[u8]) -> KeyRange {
+        KeyRange {
+            start: prefix.to_vec(),
+            end: crate::encoding::key::prefix_end(prefix),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        matches!(&self.end, Some(e) if *e <= self.start)
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_deref().is_none_or(|e| key < e)
+    }
+}
+
+/// An error from the underlying store, passed through to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("storage error: {0}")]
+pub struct KvError(pub String);
+
+/// One row of a scan.
+pub type Row = (Vec<u8>, Vec<u8>);
+
+/// Reads from an ordered store.
+#[allow(async_fn_in_trait)]
+pub trait KvRead {
+    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
+
+    /// The values of several keys, in order (`None` where absent). Stores that can overlap
+    /// requests (IndexedDB) override this; the default reads one by one.
+    async fn get_many(
+        &self,
+        table: Table,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.get(table, k).await?);
+        }
+        Ok(out)
+    }
+
+    /// At most `limit` rows of `range`, in ascending key order, or descending if `reverse`.
+    async fn scan(
+        &self,
+        table: Table,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Row>, KvError>;
+}
+
+/// Runs a future that never waits (one over a synchronous store) to completion.
+///
+/// Panics if the future returns `Pending`: that would mean a synchronous store was used with
+/// an asynchronous one, a programming error rather than an input error.
+pub fn block_on_ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("block_on_ready: the store returned a pending future"),
+    }
+}
+
+/// An in-memory store: the reference implementation for tests and benchmarks.
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    pub documents: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub index: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl MemStore {
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    pub fn table(&self, table: Table) -> &BTreeMap<Vec<u8>, Vec<u8>> {
+        match table {
+            Table::Documents => &self.documents,
+            Table::Index => &self.index,
+        }
+    }
+
+    pub fn table_mut(&mut self, table: Table) -> &mut BTreeMap<Vec<u8>, Vec<u8>> {
+        match table {
+            Table::Documents => &mut self.documents,
+            Table::Index => &mut self.index,
+        }
+    }
+}
+
+impl KvRead for MemStore {
+    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        Ok(self.table(table).get(key).cloned())
+    }
+
+    async fn scan(
+        &self,
+        table: Table,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Row>, KvError> {
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let end = match &range.end {
+            Some(e) => Bound::Excluded(e.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let iter = self
+            .table(table)
+            .range::<[u8], _>((Bound::Included(range.start.as_slice()), end));
+        let rows = if reverse {
+            iter.rev()
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            iter.take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        Ok(rows)
+    }
+}
+
+impl MemStore {
+    /// Replaces the document `name` with `new` (or deletes it), keeping the index table exactly
+    /// consistent. Returns the index entries removed and added.
+    pub fn write_document(
+        &mut self,
+        catalog: &crate::index::def::IndexCatalog,
+        name: &crate::path::DocumentName,
+        new: Option<&crate::document::Document>,
+    ) -> Result<crate::index::keys::IndexDiff, crate::document::DocumentError> {
+        use crate::encoding::document::{decode_document, encode_document};
+        use crate::index::keys::{document_key, index_diff};
+        let key = document_key(name);
+        let encoded = new.map(encode_document).transpose()?;
+        let old = self
+            .documents
+            .get(&key)
+            .map(|b| decode_document(b).expect("the memory store holds only documents it encoded"));
+        let diff = index_diff(catalog, old.as_ref(), new);
+        for k in &diff.deletes {
+            self.index.remove(k);
+        }
+        for k in &diff.inserts {
+            self.index.insert(k.clone(), Vec::new());
+        }
+        match encoded {
+            Some(bytes) => self.documents.insert(key, bytes),
+            None => self.documents.remove(&key),
+        };
+        Ok(diff)
+    }
+}

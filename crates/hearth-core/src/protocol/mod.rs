@@ -1,0 +1,207 @@
+//! Hearth's wire protocol, version 1: the messages a client and `hearth-relay` exchange over
+//! one WebSocket, as plain data. The byte encoding is in [`codec`]; `docs/protocol.md` is the
+//! normative description a third party implements from.
+//!
+//! The core only turns messages into bytes and back; sockets, timers and retries belong to
+//! the glue on each side.
+
+pub mod codec;
+
+use crate::document::Document;
+use crate::index::config::IndexFile;
+use crate::mutation::Mutation;
+use crate::path::DocumentName;
+use crate::query::model::{Aggregation, Query};
+use crate::value::Value;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame either side accepts, in bytes (a 1 MiB document plus headroom for a batch
+/// of them is carried by several frames; one frame never needs more).
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// Client to relay.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientMessage {
+    /// First message on a connection.
+    Hello {
+        protocol_version: u32,
+        database: String,
+        /// Stable per client installation; with `batch_id` it makes write retries idempotent.
+        client_id: String,
+        /// A JWT, or empty when the relay runs without authentication.
+        token: String,
+    },
+    /// Replaces the connection's auth token (refreshed before it expires).
+    Auth { token: String },
+    /// Reads documents by name.
+    Get {
+        request_id: u64,
+        names: Vec<DocumentName>,
+    },
+    /// Runs a query once.
+    RunQuery { request_id: u64, query: Query },
+    /// Runs aggregations over a query.
+    RunAggregation {
+        request_id: u64,
+        query: Query,
+        aggregations: Vec<Aggregation>,
+    },
+    /// Commits mutations atomically.
+    Write {
+        request_id: u64,
+        /// Client-chosen id, unique per `client_id`: a batch re-sent after a lost ack is
+        /// applied once and acknowledged with its original commit version.
+        batch_id: u64,
+        mutations: Vec<Mutation>,
+        /// A transaction's reads: each document's `update_version` as read (`None`: it was
+        /// absent). The relay commits only if all are unchanged, else answers `Aborted`.
+        reads: Vec<(DocumentName, Option<u64>)>,
+    },
+    /// Starts a real-time query. `resume_version`: the last snapshot version the client
+    /// applied for this query, to receive only the changes since.
+    Listen {
+        target_id: u32,
+        query: Query,
+        resume_version: Option<u64>,
+    },
+    /// Stops a real-time query.
+    Unlisten { target_id: u32 },
+    /// Keeps the connection alive; answered by a `Heartbeat`.
+    Ping { nonce: u64 },
+}
+
+/// Relay to client.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerMessage {
+    /// Answer to `Hello`.
+    Welcome {
+        protocol_version: u32,
+        /// The database's current commit version.
+        version: u64,
+        /// The database's index definitions, for the client's local engine.
+        indexes: IndexFile,
+        /// How often the relay sends heartbeats on an idle connection, in milliseconds.
+        heartbeat_ms: u32,
+    },
+    /// Answer to `Get`: one entry per requested name, `None` when absent.
+    GetResult {
+        request_id: u64,
+        version: u64,
+        documents: Vec<(DocumentName, Option<Document>)>,
+    },
+    /// Answer to `RunQuery`.
+    QueryResult {
+        request_id: u64,
+        version: u64,
+        documents: Vec<Document>,
+    },
+    /// Answer to `RunAggregation`, values in request order.
+    AggregationResult {
+        request_id: u64,
+        version: u64,
+        values: Vec<Value>,
+    },
+    /// Answer to `Write`: the batch committed at `version`.
+    WriteResult {
+        request_id: u64,
+        batch_id: u64,
+        version: u64,
+    },
+    /// Changes to one listened query. Not yet consistent: apply on `Snapshot`.
+    TargetChange {
+        target_id: u32,
+        /// `Reset`: forget the target's documents and take these as its whole result.
+        kind: TargetChangeKind,
+        changes: Vec<DocumentChange>,
+    },
+    /// Every target of the connection is consistent at `version`: raise snapshots.
+    Snapshot { version: u64 },
+    /// Liveness, and the database's version on an otherwise idle connection.
+    Heartbeat { version: u64, nonce: u64 },
+    /// A failure of one request (`request_id`), one target (`target_id`), or the connection
+    /// (both zero; the relay closes the socket after it).
+    Error {
+        request_id: u64,
+        target_id: u32,
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+/// How a `TargetChange` relates to what the client holds for the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetChangeKind {
+    /// Changes since the last snapshot (or since the resume version).
+    Delta,
+    /// The complete current result: replace the target's documents.
+    Reset,
+}
+
+/// One document's change in a target.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DocumentChange {
+    /// The document is in the result with this content (added or modified).
+    Upsert(Document),
+    /// The document left the result (deleted, or no longer matching).
+    Remove(DocumentName),
+}
+
+/// Stable error codes, shared with the JavaScript API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    Unauthenticated,
+    FailedPrecondition,
+    Aborted,
+    ResourceExhausted,
+    Unavailable,
+    Unimplemented,
+    Internal,
+    DataLoss,
+}
+
+impl ErrorCode {
+    /// Every code, in declaration order, which is also their wire order (the codec's tag is
+    /// the position here, `docs/protocol.md` §7): append, never reorder.
+    pub const ALL: [ErrorCode; 12] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::NotFound,
+        ErrorCode::AlreadyExists,
+        ErrorCode::PermissionDenied,
+        ErrorCode::Unauthenticated,
+        ErrorCode::FailedPrecondition,
+        ErrorCode::Aborted,
+        ErrorCode::ResourceExhausted,
+        ErrorCode::Unavailable,
+        ErrorCode::Unimplemented,
+        ErrorCode::Internal,
+        ErrorCode::DataLoss,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid-argument",
+            ErrorCode::NotFound => "not-found",
+            ErrorCode::AlreadyExists => "already-exists",
+            ErrorCode::PermissionDenied => "permission-denied",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::FailedPrecondition => "failed-precondition",
+            ErrorCode::Aborted => "aborted",
+            ErrorCode::ResourceExhausted => "resource-exhausted",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Unimplemented => "unimplemented",
+            ErrorCode::Internal => "internal",
+            ErrorCode::DataLoss => "data-loss",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}

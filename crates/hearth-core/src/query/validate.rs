@@ -1,0 +1,306 @@
+//! Query validation: Firestore's restrictions, refused before any I/O with its messages.
+//!
+//! [`validate`] also resolves `documentId()` operands and cursor values given as strings into
+//! references, so that every later stage sees only references for `__name__`.
+
+use super::model::{Cursor, FieldFilter, Filter, LimitType, Operator, Query, Source};
+use super::normalize::{dnf, normalized_order, MAX_DISJUNCTIONS};
+use crate::index::config::CompositeIndexSpec;
+use crate::path::{CollectionPath, DocumentName};
+use crate::value::Value;
+
+/// Most values in an `in`, `not-in` or `array-contains-any` list.
+pub const MAX_LIST_VALUES: usize = 30;
+
+/// Why a query cannot run. `code()` gives the stable code the JS API exposes.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    #[error("invalid query: {0}")]
+    InvalidArgument(String),
+    #[error("unimplemented: {0}")]
+    Unimplemented(String),
+    /// No index serves the query. `index` is the composite index to add.
+    #[error("{message}")]
+    MissingIndex {
+        message: String,
+        index: CompositeIndexSpec,
+    },
+    #[error(transparent)]
+    Storage(#[from] crate::kv::KvError),
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+}
+
+impl QueryError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            QueryError::InvalidArgument(_) => "invalid-argument",
+            QueryError::Unimplemented(_) => "unimplemented",
+            QueryError::MissingIndex { .. } => "failed-precondition",
+            QueryError::Storage(_) => "unavailable",
+            QueryError::Corrupt(_) => "data-loss",
+        }
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> QueryError {
+    QueryError::InvalidArgument(msg.into())
+}
+
+fn has_nested_array(v: &Value, inside_array: bool) -> bool {
+    match v {
+        Value::Array(a) => inside_array || a.iter().any(|x| has_nested_array(x, true)),
+        Value::Map(m) => m.values().any(|x| has_nested_array(x, false)),
+        _ => false,
+    }
+}
+
+/// Resolves a `documentId()` operand: a string id (collection query) or path (group query),
+/// or a reference.
+fn resolve_name(source: &Source, v: &Value, what: &str) -> Result<Value, QueryError> {
+    match (v, source) {
+        (Value::Reference(r), Source::Collection(c)) if !c.contains(r) => Err(invalid(format!(
+            "{what}: document reference `{r}` is not in collection `{c}`"
+        ))),
+        (Value::Reference(_), _) => Ok(v.clone()),
+        (Value::String(s), _) if s.is_empty() => Err(invalid(format!(
+            "{what}: when querying with documentId(), you must provide a valid document ID, but it was an empty string"
+        ))),
+        (Value::String(s), Source::Collection(c)) => {
+            if s.contains('/') {
+                return Err(invalid(format!(
+                    "{what}: when querying a collection by documentId(), you must provide a plain document ID, but `{s}` contains a `/` character"
+                )));
+            }
+            c.doc(s)
+                .map(Value::Reference)
+                .map_err(|e| invalid(format!("{what}: {e}")))
+        }
+        (Value::String(s), Source::CollectionGroup(_)) => {
+            let name = DocumentName::parse(s).map_err(|_| {
+                invalid(format!(
+                    "{what}: when querying a collection group by documentId(), the value provided must result in a valid document path, but `{s}` is not because it has an odd number of segments"
+                ))
+            })?;
+            Ok(Value::Reference(name))
+        }
+        _ => Err(invalid(format!(
+            "{what}: when querying with documentId(), you must provide a valid string or a document reference, but it was of type {:?}",
+            v.type_class()
+        ))),
+    }
+}
+
+fn validate_field_filter(source: &Source, ff: &FieldFilter) -> Result<FieldFilter, QueryError> {
+    let mut ff = ff.clone();
+    let op = ff.op;
+    if op.takes_list() {
+        let Value::Array(items) = &ff.value else {
+            return Err(invalid(format!(
+                "a non-empty array is required for '{op}' filters"
+            )));
+        };
+        if items.is_empty() {
+            return Err(invalid(format!(
+                "a non-empty array is required for '{op}' filters"
+            )));
+        }
+        if items.len() > MAX_LIST_VALUES {
+            return Err(invalid(format!(
+                "'{op}' filters support a maximum of {MAX_LIST_VALUES} elements in the value array"
+            )));
+        }
+        // An `in` / `not-in` value may itself be an array (`in [['west'], ['east']]` finds
+        // fields equal to either array); array-contains-any compares elements, never arrays.
+        let elements_are_in_array = op == Operator::ArrayContainsAny;
+        if items
+            .iter()
+            .any(|x| has_nested_array(x, elements_are_in_array))
+        {
+            return Err(invalid(format!(
+                "'{op}' filters cannot contain nested arrays"
+            )));
+        }
+    } else if has_nested_array(&ff.value, false) {
+        return Err(invalid(format!(
+            "'{op}' filter operand cannot contain nested arrays"
+        )));
+    }
+    if ff.field.is_document_id() {
+        match op {
+            Operator::ArrayContains | Operator::ArrayContainsAny => {
+                return Err(invalid(format!(
+                    "invalid query: you can't perform '{op}' queries on documentId()"
+                )))
+            }
+            Operator::In | Operator::NotIn => {
+                let Value::Array(items) = &ff.value else {
+                    unreachable!("checked above")
+                };
+                let resolved = items
+                    .iter()
+                    .map(|x| resolve_name(source, x, "documentId() filter"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                ff.value = Value::Array(resolved);
+            }
+            _ => ff.value = resolve_name(source, &ff.value, "documentId() filter")?,
+        }
+    }
+    Ok(ff)
+}
+
+fn validate_filter(source: &Source, f: &Filter) -> Result<Filter, QueryError> {
+    Ok(match f {
+        Filter::Field(ff) => Filter::Field(validate_field_filter(source, ff)?),
+        Filter::And(v) => Filter::And(
+            v.iter()
+                .map(|x| validate_filter(source, x))
+                .collect::<Result<_, _>>()?,
+        ),
+        Filter::Or(v) => Filter::Or(
+            v.iter()
+                .map(|x| validate_filter(source, x))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+fn check_operator_mix(filter: &Filter) -> Result<(), QueryError> {
+    let ops: Vec<Operator> = filter.field_filters().iter().map(|f| f.op).collect();
+    let count = |o: Operator| ops.iter().filter(|x| **x == o).count();
+    let (ne, not_in, in_, any) = (
+        count(Operator::NotEqual),
+        count(Operator::NotIn),
+        count(Operator::In),
+        count(Operator::ArrayContainsAny),
+    );
+    if ne > 0 && not_in > 0 {
+        return Err(invalid("you cannot use 'not-in' filters with '!=' filters"));
+    }
+    if ne > 1 {
+        return Err(invalid("you cannot use more than one '!=' filter"));
+    }
+    if not_in > 1 {
+        return Err(invalid("you cannot use more than one 'not-in' filter"));
+    }
+    if not_in > 0 && in_ > 0 {
+        return Err(invalid("you cannot use 'not-in' filters with 'in' filters"));
+    }
+    if not_in > 0 && any > 0 {
+        return Err(invalid(
+            "you cannot use 'not-in' filters with 'array-contains-any' filters",
+        ));
+    }
+    // Array membership is limited per disjunction: `or(a array-contains 1, b array-contains
+    // 2)` is a valid query, `a array-contains 1 and b array-contains 2` is not.
+    for conj in dnf(Some(filter), MAX_DISJUNCTIONS).unwrap_or_default() {
+        let count = |o: Operator| conj.iter().filter(|f| f.op == o).count();
+        let (any, contains) = (
+            count(Operator::ArrayContainsAny),
+            count(Operator::ArrayContains),
+        );
+        if any > 1 {
+            return Err(invalid(
+                "you cannot use more than one 'array-contains-any' filter in one disjunction",
+            ));
+        }
+        if contains > 1 {
+            return Err(invalid(
+                "you cannot use more than one 'array-contains' filter in one disjunction",
+            ));
+        }
+        if any > 0 && contains > 0 {
+            return Err(invalid(
+                "you cannot use 'array-contains-any' filters with 'array-contains' filters in one disjunction",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_cursor(
+    q: &Query,
+    c: &Cursor,
+    what: &str,
+    order_len: usize,
+) -> Result<Cursor, QueryError> {
+    let explicit = q.order_by.len();
+    let allowed = if c.from_document {
+        order_len
+    } else {
+        explicit.max(1).min(order_len)
+    };
+    // Without any orderBy, one value is a `__name__` cursor (the normalized order's only part).
+    if c.values.len() > allowed || (!c.from_document && explicit > 0 && c.values.len() > explicit) {
+        return Err(invalid(format!(
+            "too many arguments provided to {what}(): the number of arguments must be less than or equal to the number of orderBy() clauses"
+        )));
+    }
+    let order = normalized_order(q);
+    let mut c = c.clone();
+    for (i, v) in c.values.iter_mut().enumerate() {
+        if order[i].field.is_document_id() {
+            *v = resolve_name(&q.source, v, what)?;
+        } else if has_nested_array(v, false) {
+            return Err(invalid(format!(
+                "{what}() values cannot contain nested arrays"
+            )));
+        }
+    }
+    Ok(c)
+}
+
+/// Checks that a (validated) query can be listened to: a projected result cannot be kept in
+/// order as documents change, so real-time listens refuse `select()`, on the relay and in
+/// the client alike.
+pub fn check_listenable(q: &Query) -> Result<(), QueryError> {
+    if q.projection.is_some() {
+        return Err(QueryError::InvalidArgument(
+            "listens cannot use select(): a projected result cannot be kept in order as \
+             documents change; listen without select() or use a one-time query"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `q` and returns it with `documentId()` operands resolved to references.
+pub fn validate(q: &Query) -> Result<Query, QueryError> {
+    let mut out = q.clone();
+    if let Some(n) = q.limit {
+        if n <= 0 {
+            return Err(invalid(format!(
+                "query limit ({n}) is invalid: limit must be positive"
+            )));
+        }
+    }
+    if q.limit_type == LimitType::Last && q.order_by.is_empty() {
+        return Err(QueryError::Unimplemented(
+            "limitToLast() queries require specifying at least one orderBy() clause".into(),
+        ));
+    }
+    if let Source::Collection(c) = &q.source {
+        debug_assert!(CollectionPath::parse(&c.to_string()).is_ok());
+    }
+    if let Some(f) = &q.filter {
+        let f = validate_filter(&q.source, f)?;
+        check_operator_mix(&f)?;
+        if dnf(Some(&f), MAX_DISJUNCTIONS).is_none() {
+            return Err(invalid(format!(
+                "the filter expands to more than {MAX_DISJUNCTIONS} disjunctions"
+            )));
+        }
+        out.filter = Some(f);
+    }
+    let order_len = normalized_order(&out).len();
+    if let Some(c) = &q.start {
+        let what = if c.inclusive { "startAt" } else { "startAfter" };
+        out.start = Some(validate_cursor(&out, c, what, order_len)?);
+    }
+    if let Some(c) = &q.end {
+        let what = if c.inclusive { "endAt" } else { "endBefore" };
+        out.end = Some(validate_cursor(&out, c, what, order_len)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,17 @@
+//! Integration tests of the core, in one test crate.
+
+// Test helpers unwrap: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod doc_encoding;
+mod index_config;
+mod index_maintenance;
+mod key_encoding;
+mod mutations;
+mod plans;
+mod protocol;
+mod query_model;
+mod seed_catalogs;
+mod seed_instruments;
+mod strategies;
+mod tidy;

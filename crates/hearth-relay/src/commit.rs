@@ -1,0 +1,476 @@
+//! The write path: per-database queues drained by one committer thread into group commits.
+//!
+//! Connections submit write batches to their database's queue (bounded: the per-database
+//! in-flight cap). The committer takes a fair share from every non-empty queue (round-robin,
+//! a quota each), applies each batch at the authority (idempotency check, transaction read
+//! revalidation, preconditions, transforms) into one redb write transaction, commits it with
+//! immediate durability (one fsync for the whole round), then acknowledges every batch and
+//! hands the committed changes, in version order, to the fan-out.
+//!
+//! Architecture invariant: no batch is acknowledged before the transaction holding it is
+//! durable, and a batch either applies whole or not at all.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redb::ReadableTable;
+use tokio::sync::oneshot;
+
+use super::store::{
+    db_prefix, encode_change_names, read_u64, Store, StoreError, BATCHES, CHANGELOG, DOCUMENTS,
+    INDEX, META,
+};
+use hearth_core::document::Document;
+use hearth_core::encoding::document::{decode_document, encode_document};
+use hearth_core::encoding::key::{write_string, Direction};
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::{document_key, index_diff};
+use hearth_core::mutation::{ApplyContext, Mutation, MutationError};
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::ErrorCode;
+use hearth_core::value::Timestamp;
+
+/// Most batches taken from one database in one round, so a busy database cannot starve the
+/// others.
+const QUOTA_PER_DATABASE: usize = 512;
+/// Most batches in one group commit.
+const MAX_ROUND: usize = 4096;
+
+/// Why a batch did not commit.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct WriteError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl WriteError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> WriteError {
+        WriteError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<MutationError> for WriteError {
+    fn from(e: MutationError) -> WriteError {
+        let code = ErrorCode::parse(e.code()).unwrap_or(ErrorCode::InvalidArgument);
+        WriteError::new(code, e.to_string())
+    }
+}
+
+/// One batch waiting to commit.
+pub struct WriteRequest {
+    pub client_id: String,
+    pub batch_id: u64,
+    pub mutations: Vec<Mutation>,
+    pub reads: Vec<(DocumentName, Option<u64>)>,
+    pub reply: oneshot::Sender<Result<u64, WriteError>>,
+    pub enqueued: Instant,
+}
+
+/// The committed changes of one version, for the fan-out.
+#[derive(Clone, Debug)]
+pub struct Committed {
+    pub database: String,
+    pub version: u64,
+    /// Each changed document's new state (`None`: deleted).
+    pub changes: Vec<(DocumentName, Option<Document>)>,
+}
+
+/// Work the committer does between rounds: index backfills.
+pub type Job = Box<dyn FnOnce(&Store) + Send>;
+
+struct Queues {
+    by_db: HashMap<String, VecDeque<WriteRequest>>,
+    /// Round-robin order of databases.
+    order: Vec<String>,
+    next: usize,
+    jobs: VecDeque<Job>,
+    stopping: bool,
+}
+
+/// Per-database state the committer needs.
+pub struct DbState {
+    pub catalog: IndexCatalog,
+    pub version: u64,
+    /// Latest commit time handed out, so commit times never go backwards.
+    pub last_micros: i64,
+}
+
+/// Handle to the committer thread.
+pub struct Committer {
+    queues: Mutex<Queues>,
+    wake: Condvar,
+    /// In-flight cap per database.
+    cap: usize,
+    pub dbs: Mutex<HashMap<String, DbState>>,
+}
+
+/// Observers of the committer: metrics and fan-out.
+pub trait CommitSink: Send + Sync {
+    fn committed(&self, round: Vec<Committed>, batches: usize, fsync: Duration);
+    fn queue_depth(&self, db: &str, depth: usize);
+}
+
+impl Committer {
+    pub fn new(cap: usize) -> Arc<Committer> {
+        Arc::new(Committer {
+            queues: Mutex::new(Queues {
+                by_db: HashMap::new(),
+                order: Vec::new(),
+                next: 0,
+                jobs: VecDeque::new(),
+                stopping: false,
+            }),
+            wake: Condvar::new(),
+            cap,
+            dbs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Queues a batch; refuses it when the database has `cap` batches in flight.
+    pub fn submit(&self, db: &str, req: WriteRequest) -> Result<(), WriteRequest> {
+        let mut q = self.queues.lock().expect("committer lock");
+        if q.stopping {
+            return Err(req);
+        }
+        if !q.by_db.contains_key(db) {
+            q.order.push(db.to_owned());
+        }
+        let queue = q.by_db.entry(db.to_owned()).or_default();
+        if queue.len() >= self.cap {
+            return Err(req);
+        }
+        queue.push_back(req);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Runs `job` on the committer thread between rounds.
+    pub fn run_job(&self, job: Job) {
+        self.queues
+            .lock()
+            .expect("committer lock")
+            .jobs
+            .push_back(job);
+        self.wake.notify_one();
+    }
+
+    /// Finishes queued batches, then stops the thread.
+    pub fn stop(&self) {
+        self.queues.lock().expect("committer lock").stopping = true;
+        self.wake.notify_all();
+    }
+
+    /// The committer loop; returns when stopped and drained.
+    pub fn run(&self, store: &Store, sink: &dyn CommitSink) {
+        loop {
+            let (round, jobs) = {
+                let mut q = self.queues.lock().expect("committer lock");
+                loop {
+                    let pending = q.by_db.values().any(|v| !v.is_empty());
+                    if pending || !q.jobs.is_empty() {
+                        break;
+                    }
+                    if q.stopping {
+                        return;
+                    }
+                    q = self.wake.wait(q).expect("committer lock");
+                }
+                let jobs: Vec<Job> = q.jobs.drain(..).collect();
+                let mut round: Vec<(String, WriteRequest)> = Vec::new();
+                let n = q.order.len();
+                let start = q.next;
+                for i in 0..n {
+                    let db = q.order[(start + i) % n].clone();
+                    let queue = q.by_db.get_mut(&db).expect("ordered databases have queues");
+                    let take = queue
+                        .len()
+                        .min(QUOTA_PER_DATABASE)
+                        .min(MAX_ROUND - round.len());
+                    round.extend(queue.drain(..take).map(|r| (db.clone(), r)));
+                    sink.queue_depth(&db, queue.len());
+                }
+                q.next = if n == 0 { 0 } else { (start + 1) % n };
+                (round, jobs)
+            };
+            for job in jobs {
+                job(store);
+            }
+            if !round.is_empty() {
+                self.commit_round(store, round, sink);
+            }
+        }
+    }
+
+    fn commit_round(
+        &self,
+        store: &Store,
+        round: Vec<(String, WriteRequest)>,
+        sink: &dyn CommitSink,
+    ) {
+        let started = Instant::now();
+        let mut dbs = self.dbs.lock().expect("committer db lock");
+        let outcome = apply_round(store, &mut dbs, &round);
+        drop(dbs);
+        let fsync = started.elapsed();
+        match outcome {
+            Ok((results, committed)) => {
+                let batches = round.len();
+                for ((_, req), res) in round.into_iter().zip(results) {
+                    let _ = req.reply.send(res);
+                }
+                sink.committed(committed, batches, fsync);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "group commit failed");
+                // The transaction was not committed: versions handed out are taken back.
+                self.reload_versions(store);
+                for (_, req) in round {
+                    let _ = req.reply.send(Err(WriteError::new(
+                        ErrorCode::Unavailable,
+                        format!("commit failed: {e}"),
+                    )));
+                }
+            }
+        }
+    }
+
+    fn reload_versions(&self, store: &Store) {
+        if let Ok(list) = store.databases() {
+            let mut dbs = self.dbs.lock().expect("committer db lock");
+            for (name, v) in list {
+                if let Some(s) = dbs.get_mut(&name) {
+                    s.version = v;
+                }
+            }
+        }
+    }
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+fn batch_key(db: &str, client_id: &str, batch_id: u64) -> Vec<u8> {
+    let mut k = db_prefix(db);
+    write_string(client_id, Direction::Ascending, &mut k);
+    k.extend_from_slice(&batch_id.to_be_bytes());
+    k
+}
+
+type RoundResult = (Vec<Result<u64, WriteError>>, Vec<Committed>);
+
+/// Applies a round in one write transaction and commits it durably.
+fn apply_round(
+    store: &Store,
+    dbs: &mut HashMap<String, DbState>,
+    round: &[(String, WriteRequest)],
+) -> Result<RoundResult, StoreError> {
+    let mut txn = store.db.begin_write()?;
+    txn.set_durability(redb::Durability::Immediate)?;
+    let mut results = Vec::with_capacity(round.len());
+    let mut committed = Vec::new();
+    {
+        let mut docs = txn.open_table(DOCUMENTS)?;
+        let mut index = txn.open_table(INDEX)?;
+        let mut changelog = txn.open_table(CHANGELOG)?;
+        let mut batches = txn.open_table(BATCHES)?;
+        let mut meta = txn.open_table(META)?;
+        let mut touched_versions: Vec<String> = Vec::new();
+        for (db, req) in round {
+            let state = dbs
+                .get_mut(db)
+                .expect("databases are registered before writes");
+            let prefix = db_prefix(db);
+            let bkey = batch_key(db, &req.client_id, req.batch_id);
+            if let Some(v) = batches.get(bkey.as_slice())? {
+                // A retry of a batch that already committed: the same answer, applied once.
+                results.push(Ok(read_u64(v.value())));
+                continue;
+            }
+            let read_doc = |docs: &redb::Table<&[u8], &[u8]>,
+                            name: &DocumentName|
+             -> Result<Option<Document>, StoreError> {
+                let key = [prefix.as_slice(), &document_key(name)].concat();
+                match docs.get(key.as_slice())? {
+                    None => Ok(None),
+                    Some(v) => {
+                        decode_document(v.value())
+                            .map(Some)
+                            .map_err(|e| StoreError::Corrupt {
+                                db: db.clone(),
+                                what: e.to_string(),
+                            })
+                    }
+                }
+            };
+            // Transaction reads must be unchanged.
+            let mut conflict = None;
+            for (name, seen) in &req.reads {
+                let now = read_doc(&docs, name)?.map(|d| d.update_version);
+                if now != *seen {
+                    conflict = Some(name.clone());
+                    break;
+                }
+            }
+            if let Some(name) = conflict {
+                results.push(Err(WriteError::new(
+                    ErrorCode::Aborted,
+                    format!("transaction conflict: `{name}` changed since it was read; retry the transaction"),
+                )));
+                continue;
+            }
+            let version = state.version + 1;
+            let micros = now_micros().max(state.last_micros + 1);
+            let ctx = ApplyContext {
+                commit_version: version,
+                commit_time: Timestamp::from_micros(micros).unwrap_or_else(|_| {
+                    Timestamp::new(0, 0).expect("the epoch is a valid timestamp")
+                }),
+            };
+            // Apply the whole batch in memory first: it commits whole or not at all.
+            let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+            let mut failed = None;
+            for m in &req.mutations {
+                let pos = overlay.iter().position(|(n, _, _)| *n == m.name);
+                let base = match pos {
+                    Some(i) => overlay[i].2.clone(),
+                    None => read_doc(&docs, &m.name)?,
+                };
+                match m.apply(base.as_ref(), &ctx) {
+                    Ok(new) => match pos {
+                        Some(i) => overlay[i].2 = new,
+                        None => overlay.push((m.name.clone(), base, new)),
+                    },
+                    Err(e) => {
+                        failed = Some(WriteError::from(e));
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                results.push(Err(e));
+                continue;
+            }
+            let mut encoded = Vec::with_capacity(overlay.len());
+            for (_, _, new) in &overlay {
+                match new.as_ref().map(encode_document).transpose() {
+                    Ok(b) => encoded.push(b),
+                    Err(e) => {
+                        failed = Some(WriteError::new(ErrorCode::InvalidArgument, e.to_string()));
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                results.push(Err(e));
+                continue;
+            }
+            for ((name, old, new), bytes) in overlay.iter().zip(encoded) {
+                let key = [prefix.as_slice(), &document_key(name)].concat();
+                match bytes {
+                    Some(b) => {
+                        docs.insert(key.as_slice(), b.as_slice())?;
+                    }
+                    None => {
+                        docs.remove(key.as_slice())?;
+                    }
+                }
+                let diff = index_diff(&state.catalog, old.as_ref(), new.as_ref());
+                for k in diff.deletes {
+                    index.remove([prefix.as_slice(), &k].concat().as_slice())?;
+                }
+                for k in diff.inserts {
+                    index.insert([prefix.as_slice(), &k].concat().as_slice(), [].as_slice())?;
+                }
+            }
+            let names: Vec<DocumentName> = overlay.iter().map(|(n, _, _)| n.clone()).collect();
+            let mut ckey = prefix.clone();
+            ckey.extend_from_slice(&version.to_be_bytes());
+            changelog.insert(
+                ckey.as_slice(),
+                encode_change_names(micros, &names).as_slice(),
+            )?;
+            let mut bval = version.to_be_bytes().to_vec();
+            bval.extend_from_slice(&micros.to_be_bytes());
+            batches.insert(bkey.as_slice(), bval.as_slice())?;
+            state.version = version;
+            state.last_micros = micros;
+            if !touched_versions.contains(db) {
+                touched_versions.push(db.clone());
+            }
+            committed.push(Committed {
+                database: db.clone(),
+                version,
+                changes: overlay.into_iter().map(|(n, _, new)| (n, new)).collect(),
+            });
+            results.push(Ok(version));
+        }
+        for db in touched_versions {
+            let v = dbs[&db].version;
+            meta.insert(format!("version/{db}").as_str(), v.to_be_bytes().as_slice())?;
+        }
+    }
+    txn.commit()?;
+    Ok((results, committed))
+}
+
+/// Registers a database's state with the committer (before its first write), creating its
+/// version record so it is listed on restart.
+pub fn register_database(
+    store: &Store,
+    committer: &Committer,
+    db: &str,
+    catalog: IndexCatalog,
+    version: u64,
+) -> Result<(), StoreError> {
+    let mut dbs = committer.dbs.lock().expect("committer db lock");
+    if dbs.contains_key(db) {
+        return Ok(());
+    }
+    let txn = store.db.begin_write()?;
+    {
+        let mut meta = txn.open_table(META)?;
+        let key = format!("version/{db}");
+        if meta.get(key.as_str())?.is_none() {
+            meta.insert(key.as_str(), version.to_be_bytes().as_slice())?;
+            meta.insert(
+                format!("indexes/{db}").as_str(),
+                catalog.file().to_json().as_bytes(),
+            )?;
+        }
+    }
+    txn.commit()?;
+    dbs.insert(
+        db.to_owned(),
+        DbState {
+            catalog,
+            version,
+            last_micros: 0,
+        },
+    );
+    Ok(())
+}
+
+/// Deletes changelog and batch records older than `retention` for every database, in one
+/// transaction.
+pub fn prune(store: &Store, retention: Duration) -> Result<(), StoreError> {
+    let cutoff = now_micros() - retention.as_micros() as i64;
+    let txn = store.db.begin_write()?;
+    {
+        let mut changelog = txn.open_table(CHANGELOG)?;
+        changelog.retain(|_, v| super::store::change_time(v) >= cutoff)?;
+        let mut batches = txn.open_table(BATCHES)?;
+        batches.retain(|_, v| v.len() < 16 || read_u64(&v[8..]) as i64 >= cutoff)?;
+    }
+    txn.commit()?;
+    Ok(())
+}

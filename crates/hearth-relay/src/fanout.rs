@@ -1,0 +1,776 @@
+//! Real-time fan-out: listened queries, grouped by identical query, kept current by the
+//! committed changes, with deltas written to every subscriber's connection.
+//!
+//! Identical queries (same database, same encoded query) share one [`View`], so a change is
+//! matched once and its frame encoded once however many clients listen; each subscriber's
+//! frame differs only in its target id, and subscribers with the same target id share the
+//! bytes. After the deltas of a round of commits, every affected connection gets one
+//! `Snapshot{version}`: the point at which all its targets are consistent. A connection with
+//! a single target gets its delta and snapshot in one write (one system call). Unlisten and
+//! connection close are O(1) per target: each target knows its group and its index in the
+//! group's subscriber list.
+//!
+//! Architecture invariant: frames for one connection are written under the database's fan-out
+//! lock, so a target's initial result always precedes its deltas, and deltas follow commit
+//! order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::commit::Committed;
+pub use super::outbound::Outbound;
+use hearth_core::document::Document;
+use hearth_core::protocol::codec::{encode_query, encode_server};
+use hearth_core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
+use hearth_core::query::model::Query;
+use hearth_core::query::validate::QueryError;
+use hearth_core::query::view::{ChangeType, DocChange, View};
+
+struct Subscriber {
+    target_id: u32,
+    out: Outbound,
+}
+
+struct Group {
+    view: View,
+    /// The version the view reflects.
+    version: u64,
+    /// In no particular order: removal swaps the last one into the gap.
+    subscribers: Vec<Subscriber>,
+}
+
+/// Where a target's subscription is: its group and its index in the group's subscribers.
+struct Slot {
+    key: Arc<[u8]>,
+    index: usize,
+}
+
+/// Runs a query against the latest committed state: (documents, version).
+pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryError>;
+
+/// This database's commits that follow a round, in order, until one at the given version
+/// or later (fewer if they do not arrive in time).
+pub type CatchUp<'a> = &'a mut dyn FnMut(u64) -> Vec<Committed>;
+
+/// Most times one round takes in later commits for refills that read ahead of it.
+const CATCH_UP: usize = 4;
+
+#[derive(Default)]
+struct Inner {
+    groups: HashMap<Arc<[u8]>, Group>,
+    by_target: HashMap<(u64, u32), Slot>,
+    /// The targets of each connection, so closing one is O(its targets).
+    by_conn: HashMap<u64, Vec<u32>>,
+    /// Initial results held back until the published version reaches theirs (the initial
+    /// read saw commits not yet published): sending them earlier would let a `Snapshot` of
+    /// an older version cover contents of a newer one.
+    pending: Vec<(Outbound, u64, Vec<ServerMessage>)>,
+}
+
+impl Inner {
+    /// Removes a target in O(1); false if it did not exist.
+    fn unlisten(&mut self, conn: u64, target_id: u32) -> bool {
+        let Some(slot) = self.by_target.remove(&(conn, target_id)) else {
+            return false;
+        };
+        if let Some(g) = self.groups.get_mut(&slot.key[..]) {
+            let removed = g.subscribers.swap_remove(slot.index);
+            debug_assert!(removed.out.conn == conn && removed.target_id == target_id);
+            removed.out.targets().fetch_sub(1, Ordering::Relaxed);
+            if let Some(moved) = g.subscribers.get(slot.index) {
+                if let Some(m) = self.by_target.get_mut(&(moved.out.conn, moved.target_id)) {
+                    m.index = slot.index;
+                }
+            }
+            if g.subscribers.is_empty() {
+                self.groups.remove(&slot.key[..]);
+            }
+        }
+        if let Some(targets) = self.by_conn.get_mut(&conn) {
+            if let Some(p) = targets.iter().position(|t| *t == target_id) {
+                targets.swap_remove(p);
+            }
+            if targets.is_empty() {
+                self.by_conn.remove(&conn);
+            }
+        }
+        true
+    }
+}
+
+/// The fan-out of one database.
+pub struct Fanout {
+    inner: Mutex<Inner>,
+    /// Latest version whose changes have been fanned out (heartbeats carry it).
+    pub published: AtomicU64,
+    /// Subscribers of one group from which its writes are split across threads, and the
+    /// most threads.
+    split: (usize, usize),
+}
+
+/// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
+fn retarget(template: &[u8], target_id: u32) -> Bytes {
+    // The template was encoded with target id 0, one varint byte.
+    let mut out = Vec::with_capacity(template.len() + 4);
+    out.push(template[0]);
+    let mut v = target_id;
+    loop {
+        let b = (v & 0x7F) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            break;
+        }
+        out.push(b | 0x80);
+    }
+    out.extend_from_slice(&template[2..]);
+    Bytes::from(out)
+}
+
+/// Distinct target ids whose retargeted frame `publish` keeps for reuse within a group.
+const RETARGET_CACHE: usize = 16;
+
+/// Most change bytes (estimated) in one TargetChange frame: half the frame limit, so names
+/// and framing never push a frame over it.
+const CHUNK_BYTES: usize = hearth_core::protocol::MAX_FRAME_BYTES / 2;
+
+/// Splits changes into frames' worth; a result too big for one frame travels as several
+/// TargetChange messages before the Snapshot (docs/protocol.md).
+fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
+    let mut out = vec![Vec::new()];
+    let mut size = 0;
+    for c in changes {
+        let n = match &c {
+            DocumentChange::Upsert(d) => {
+                hearth_core::encoding::document::encoded_size(&d.fields) + 64
+            }
+            DocumentChange::Remove(_) => 64,
+        };
+        if size + n > CHUNK_BYTES && !out.last().expect("never empty").is_empty() {
+            out.push(Vec::new());
+            size = 0;
+        }
+        size += n;
+        out.last_mut().expect("never empty").push(c);
+    }
+    out
+}
+
+/// A target's changes as messages that each fit a frame; only the first carries `kind` (a
+/// Reset), the rest are Deltas on top of it.
+fn target_change_messages(
+    target_id: u32,
+    kind: TargetChangeKind,
+    changes: Vec<DocumentChange>,
+) -> Vec<ServerMessage> {
+    chunks(changes)
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| ServerMessage::TargetChange {
+            target_id,
+            kind: if i == 0 {
+                kind
+            } else {
+                TargetChangeKind::Delta
+            },
+            changes: part,
+        })
+        .collect()
+}
+
+fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
+    changes
+        .iter()
+        .map(|c| match c.kind {
+            ChangeType::Removed => DocumentChange::Remove(c.doc.name.clone()),
+            ChangeType::Added | ChangeType::Modified => DocumentChange::Upsert(c.doc.clone()),
+        })
+        .collect()
+}
+
+/// Subscribers from which one part's writes are split across threads.
+const PARALLEL_FROM: usize = 2048;
+
+/// How many threads write a part to `subscribers` subscribers: one below `from`, then up to
+/// `max`, each with at least `from / 2`.
+fn writers_for(subscribers: usize, (from, max): (usize, usize)) -> usize {
+    if subscribers < from {
+        return 1;
+    }
+    max.min(subscribers / (from / 2).max(1)).max(1)
+}
+
+/// One part of a group's changes in a fan-out round.
+struct Round<'a> {
+    /// The TargetChange frame encoded with target id 0.
+    template: &'a [u8],
+    /// The round's last part: a connection's `Snapshot` follows it.
+    last_part: bool,
+    snapshot: &'a Bytes,
+    version: u64,
+}
+
+impl Round<'_> {
+    /// Writes the part to `subs`; adds the connections owed a `Snapshot` after the round to
+    /// `affected`. Returns the number of frames written.
+    ///
+    /// A connection with a single target gets its frame and its `Snapshot` in one write.
+    /// Subscribers sharing a target id share the frame's bytes.
+    fn deliver(&self, subs: &[Subscriber], affected: &mut Vec<Outbound>) -> usize {
+        let mut frames = 0;
+        let mut retargeted: Vec<(u32, Bytes)> = Vec::new();
+        for s in subs {
+            let frame = match retargeted.iter().find(|(t, _)| *t == s.target_id) {
+                Some((_, b)) => b.clone(),
+                None => {
+                    let b = retarget(self.template, s.target_id);
+                    if retargeted.len() < RETARGET_CACHE {
+                        retargeted.push((s.target_id, b.clone()));
+                    }
+                    b
+                }
+            };
+            if !self.last_part {
+                if s.out.send(frame) {
+                    frames += 1;
+                }
+                continue;
+            }
+            let solo = s.out.targets().load(Ordering::Relaxed) == 1;
+            let owed = s.out.owe_snapshot(self.version);
+            if solo && owed {
+                // Its only target: the snapshot can follow at once.
+                if s.out.send_pair(frame, self.snapshot.clone()) {
+                    frames += 2;
+                }
+            } else {
+                if s.out.send(frame) {
+                    frames += 1;
+                }
+                if owed {
+                    affected.push(s.out.clone());
+                }
+            }
+        }
+        frames
+    }
+}
+
+/// How a new listen should start.
+pub enum Start {
+    /// No resume point: the full result.
+    Fresh,
+    /// Resume from this version; `changed` lists names changed since (None: too old).
+    Resume(Option<Vec<hearth_core::path::DocumentName>>),
+}
+
+impl Fanout {
+    pub fn new(version: u64) -> Fanout {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Fanout {
+            inner: Mutex::new(Inner::default()),
+            published: AtomicU64::new(version),
+            split: (PARALLEL_FROM, cores.min(8)),
+        }
+    }
+
+    /// Number of targets listening.
+    pub fn listens(&self) -> usize {
+        self.inner.lock().expect("fanout lock").by_target.len()
+    }
+
+    /// Adds a target. `initial` reads the query's current result when no identical query
+    /// is live; `start` says what the client already has.
+    pub fn listen(
+        &self,
+        out: &Outbound,
+        target_id: u32,
+        query: Query,
+        initial: impl FnOnce(&Query) -> Result<(Vec<Document>, u64), QueryError>,
+        start: impl FnOnce(u64) -> Start,
+    ) -> Result<(), QueryError> {
+        let mut encoded = Vec::new();
+        encode_query(&query, &mut encoded);
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
+        if inner.by_target.contains_key(&(out.conn, target_id)) {
+            return Err(QueryError::InvalidArgument(format!(
+                "target {target_id} is already listening on this connection"
+            )));
+        }
+        let key: Arc<[u8]> = match inner.groups.get_key_value(&encoded[..]) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let (docs, version) = initial(&query)?;
+                let k: Arc<[u8]> = encoded.into();
+                inner.groups.insert(
+                    k.clone(),
+                    Group {
+                        view: View::new(query, docs),
+                        version,
+                        subscribers: Vec::new(),
+                    },
+                );
+                k
+            }
+        };
+        let group = inner.groups.get_mut(&key[..]).expect("inserted above");
+        let limited = group.view.query().limit.is_some();
+        let (kind, changes) = match start(group.version) {
+            Start::Resume(Some(changed)) if !limited => {
+                let changes = changed
+                    .iter()
+                    .map(
+                        |name| match group.view.documents().iter().find(|d| d.name == *name) {
+                            Some(d) => DocumentChange::Upsert(d.clone()),
+                            None => DocumentChange::Remove(name.clone()),
+                        },
+                    )
+                    .collect();
+                (TargetChangeKind::Delta, changes)
+            }
+            _ => (
+                TargetChangeKind::Reset,
+                group
+                    .view
+                    .documents()
+                    .iter()
+                    .cloned()
+                    .map(DocumentChange::Upsert)
+                    .collect(),
+            ),
+        };
+        let messages = target_change_messages(target_id, kind, changes);
+        let index = group.subscribers.len();
+        group.subscribers.push(Subscriber {
+            target_id,
+            out: out.clone(),
+        });
+        let version = group.version;
+        inner
+            .by_target
+            .insert((out.conn, target_id), Slot { key, index });
+        inner.by_conn.entry(out.conn).or_default().push(target_id);
+        out.targets().fetch_add(1, Ordering::Relaxed);
+        let published = self.published.load(Ordering::Acquire);
+        if version <= published {
+            for m in &messages {
+                out.send_message(m);
+            }
+            out.send_message(&ServerMessage::Snapshot { version: published });
+        } else {
+            inner.pending.push((out.clone(), version, messages));
+        }
+        Ok(())
+    }
+
+    /// Removes a target; false if it did not exist. O(1).
+    pub fn unlisten(&self, conn: u64, target_id: u32) -> bool {
+        self.inner
+            .lock()
+            .expect("fanout lock")
+            .unlisten(conn, target_id)
+    }
+
+    /// Removes every target of a connection; returns how many there were. O(its targets).
+    pub fn drop_connection(&self, conn: u64) -> usize {
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
+        let targets = inner.by_conn.remove(&conn).unwrap_or_default();
+        for t in &targets {
+            inner.unlisten(conn, *t);
+        }
+        if !inner.pending.is_empty() {
+            inner.pending.retain(|(o, _, _)| o.conn != conn);
+        }
+        targets.len()
+    }
+
+    /// Applies committed versions (ascending, all of this database) to every view and
+    /// writes the resulting frames. Returns the number of frames written.
+    ///
+    /// Each change is encoded once per group (per frame's worth of changes); a subscriber's
+    /// frame differs only in its target id, and subscribers sharing a target id share the
+    /// frame's bytes. A connection with a single target gets its delta and its `Snapshot`
+    /// in one write; a connection with several gets its `Snapshot` after all the
+    /// round's deltas.
+    pub fn publish(&self, commits: &[Committed], requery: Requery, more: CatchUp) -> usize {
+        let Some(mut last) = commits.last().map(|c| c.version) else {
+            return 0;
+        };
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
+        // Every view advances to `last`. A limited view that lost a document reads the
+        // latest state to refill, which may include commits not yet published; those are
+        // then taken into this round too (up to CATCH_UP times), so that every target is
+        // consistent at the one version the round's `Snapshot` names.
+        let mut extra: Vec<Committed> = Vec::new();
+        let mut changed: HashMap<Arc<[u8]>, Vec<DocChange>> = HashMap::new();
+        let mut passes = 0;
+        loop {
+            for (key, group) in inner.groups.iter_mut() {
+                let mut changes = Vec::new();
+                let mut refill = false;
+                for c in commits
+                    .iter()
+                    .chain(&extra)
+                    .filter(|c| c.version > group.version && c.version <= last)
+                {
+                    for (name, new) in &c.changes {
+                        let u = group.view.apply(name, new.as_ref());
+                        changes.extend(u.changes);
+                        refill |= u.needs_refill;
+                    }
+                }
+                group.version = group.version.max(last);
+                if refill {
+                    match requery(group.view.query()) {
+                        Ok((docs, version)) => {
+                            changes.extend(group.view.reset(docs));
+                            group.version = group.version.max(version);
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "refilling a limited listen failed");
+                        }
+                    }
+                }
+                if !changes.is_empty() {
+                    changed.entry(key.clone()).or_default().extend(changes);
+                }
+            }
+            // The furthest any view has read (a refill now, or an initial read earlier).
+            let ahead = inner
+                .groups
+                .values()
+                .map(|g| g.version)
+                .max()
+                .unwrap_or(last);
+            if ahead <= last {
+                break;
+            }
+            if passes == CATCH_UP {
+                tracing::warn!(
+                    published = last,
+                    read = ahead,
+                    "listens read ahead of the fan-out again and again: publishing behind them"
+                );
+                break;
+            }
+            passes += 1;
+            let got = more(ahead);
+            match got.last() {
+                Some(c) if c.version > last => last = c.version,
+                _ => {
+                    tracing::warn!(
+                        published = last,
+                        read = ahead,
+                        "a listen read commits that did not reach the fan-out"
+                    );
+                    break;
+                }
+            }
+            extra.extend(got);
+        }
+        let mut frames = 0;
+        let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
+        // Connections owed a `Snapshot` at the end of the round.
+        let mut affected: Vec<Outbound> = Vec::new();
+        // Held-back initial results whose version is now published go first: the deltas
+        // below are computed on top of them.
+        if !inner.pending.is_empty() {
+            let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.pending)
+                .into_iter()
+                .partition(|(_, v, _)| *v <= last);
+            inner.pending = waiting;
+            for (o, _, messages) in due {
+                for m in &messages {
+                    if o.send_message(m) {
+                        frames += 1;
+                    }
+                }
+                if o.owe_snapshot(last) {
+                    affected.push(o);
+                }
+            }
+        }
+        for (key, changes) in changed {
+            let Some(group) = inner.groups.get(&key[..]) else {
+                continue;
+            };
+            let parts = chunks(to_wire(&changes));
+            let n = parts.len();
+            for (i, part) in parts.into_iter().enumerate() {
+                let template = encode_server(&ServerMessage::TargetChange {
+                    target_id: 0,
+                    kind: TargetChangeKind::Delta,
+                    changes: part,
+                });
+                let round = Round {
+                    template: &template,
+                    last_part: i + 1 == n,
+                    snapshot: &snapshot,
+                    version: last,
+                };
+                let subs = &group.subscribers[..];
+                let writers = writers_for(subs.len(), self.split);
+                if writers <= 1 {
+                    frames += round.deliver(subs, &mut affected);
+                } else {
+                    // Thousands of sockets: split the writes across threads (each write is
+                    // a system call that also runs the loopback receiver's side).
+                    let per = subs.len().div_ceil(writers);
+                    std::thread::scope(|scope| {
+                        let round = &round;
+                        let mut rest = subs.chunks(per);
+                        let mine = rest.next().unwrap_or_default();
+                        let mut others = Vec::new();
+                        for chunk in rest {
+                            let spawned = std::thread::Builder::new()
+                                .name("hearth-fanout-w".into())
+                                .spawn_scoped(scope, move || {
+                                    let mut owed = Vec::new();
+                                    let f = round.deliver(chunk, &mut owed);
+                                    (f, owed)
+                                });
+                            match spawned {
+                                Ok(h) => others.push(h),
+                                // No thread to be had: this one writes the chunk too.
+                                Err(_) => frames += round.deliver(chunk, &mut affected),
+                            }
+                        }
+                        frames += round.deliver(mine, &mut affected);
+                        for h in others {
+                            match h.join() {
+                                Ok((f, owed)) => {
+                                    frames += f;
+                                    affected.extend(owed);
+                                }
+                                Err(_) => tracing::error!("a fan-out writer thread panicked"),
+                            }
+                        }
+                    });
+                }
+            }
+        }
+        self.published.store(last, Ordering::Release);
+        for out in &affected {
+            if out.send(snapshot.clone()) {
+                frames += 1;
+            }
+        }
+        frames
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbound::testing::{pair, FrameReader};
+    use hearth_core::encoding::key::Direction::Descending;
+    use hearth_core::path::{CollectionPath, DocumentName};
+    use hearth_core::protocol::codec::decode_server;
+    use hearth_core::query::validate::validate;
+    use hearth_core::value::{Map, Value};
+
+    fn doc(id: &str, n: i64, version: u64) -> Document {
+        let mut fields = Map::new();
+        fields.insert("n".into(), Value::Integer(n));
+        Document {
+            name: DocumentName::parse(&format!("items/{id}")).unwrap(),
+            fields: Arc::new(fields),
+            create_version: version,
+            update_version: version,
+        }
+    }
+
+    /// Applies TargetChange messages to `docs` until a Snapshot; returns its version.
+    async fn next_snapshot(
+        r: &mut FrameReader,
+        c: &mut tokio::net::TcpStream,
+        docs: &mut Vec<Document>,
+    ) -> u64 {
+        loop {
+            let (_, payload) = r.next(c).await;
+            match decode_server(&payload).unwrap() {
+                ServerMessage::TargetChange { kind, changes, .. } => {
+                    if kind == TargetChangeKind::Reset {
+                        docs.clear();
+                    }
+                    for ch in changes {
+                        match ch {
+                            DocumentChange::Upsert(d) => {
+                                docs.retain(|x| x.name != d.name);
+                                docs.push(d);
+                            }
+                            DocumentChange::Remove(n) => docs.retain(|x| x.name != n),
+                        }
+                    }
+                }
+                ServerMessage::Snapshot { version } => return version,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// A limited listen that loses a document refills from the latest state; when that
+    /// state is ahead of the round (commits not yet published), the round takes those
+    /// commits in and publishes at their version, so no snapshot shows a document from
+    /// after its version.
+    #[tokio::test]
+    async fn a_refill_that_reads_ahead_takes_the_later_commits_into_the_round() {
+        let (out, _r, mut client) = pair(1 << 20).await;
+        let q = validate(
+            &Query::collection(CollectionPath::parse("items").unwrap())
+                .order_by("n", Descending)
+                .limit(2),
+        )
+        .unwrap();
+        let (a, b, d) = (doc("a", 3, 1), doc("b", 2, 1), doc("d", 5, 3));
+        let fanout = Fanout::new(1);
+        fanout
+            .listen(
+                &out,
+                1,
+                q,
+                |_| Ok((vec![a.clone(), b.clone()], 1)),
+                |_| Start::Fresh,
+            )
+            .unwrap();
+        let (mut reader, mut docs) = (FrameReader::default(), Vec::new());
+        assert_eq!(next_snapshot(&mut reader, &mut client, &mut docs).await, 1);
+        // Version 2 deletes `a`, so the view refills; the store is already at version 3,
+        // which added `d`.
+        let at2 = Committed {
+            database: "db".into(),
+            version: 2,
+            changes: vec![(a.name.clone(), None)],
+        };
+        let at3 = Committed {
+            database: "db".into(),
+            version: 3,
+            changes: vec![(d.name.clone(), Some(d.clone()))],
+        };
+        let requery = |_: &Query| Ok((vec![d.clone(), b.clone()], 3));
+        let mut asked = Vec::new();
+        let mut more = |upto| {
+            asked.push(upto);
+            vec![at3.clone()]
+        };
+        fanout.publish(&[at2], &requery, &mut more);
+        assert_eq!(
+            asked,
+            vec![3],
+            "the round asks for the commits up to the read"
+        );
+        assert_eq!(fanout.published.load(Ordering::Acquire), 3);
+        let version = next_snapshot(&mut reader, &mut client, &mut docs).await;
+        assert_eq!(
+            version, 3,
+            "the snapshot names the version its contents are at"
+        );
+        let mut got: Vec<_> = docs.iter().map(|d| d.name.to_string()).collect();
+        got.sort();
+        assert_eq!(got, vec!["items/b", "items/d"]);
+        assert!(docs.iter().all(|d| d.update_version <= version));
+    }
+
+    /// A group split across writer threads: every connection, with one target or two in the
+    /// group, gets each round's change for each of its targets before that round's single
+    /// `Snapshot`, and its targets' contents match the commits.
+    #[tokio::test]
+    async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() {
+        let q = validate(&Query::collection(CollectionPath::parse("items").unwrap())).unwrap();
+        let mut fanout = Fanout::new(1);
+        fanout.split = (4, 4);
+        // 8 connections with one target, 4 with two targets on the same query.
+        let mut conns = Vec::new();
+        for c in 0..12 {
+            let (out, r, client) = pair(1 << 20).await;
+            let targets: &[u32] = if c < 8 { &[1] } else { &[1, 2] };
+            for &t in targets {
+                fanout
+                    .listen(
+                        &out,
+                        t,
+                        q.clone(),
+                        |_| Ok((Vec::new(), 1)),
+                        |_| Start::Fresh,
+                    )
+                    .unwrap();
+            }
+            conns.push((out, r, client, targets.len()));
+        }
+        let rounds = 3u64;
+        for k in 1..=rounds {
+            let d = doc(&format!("d{k}"), k as i64, 1 + k);
+            let c = Committed {
+                database: "db".into(),
+                version: 1 + k,
+                changes: vec![(d.name.clone(), Some(d))],
+            };
+            let requery = |_: &Query| -> Result<(Vec<Document>, u64), QueryError> {
+                unreachable!("no limit: no refill")
+            };
+            fanout.publish(&[c], &requery, &mut |_| Vec::new());
+        }
+        for (i, (_out, _r, client, n_targets)) in conns.iter_mut().enumerate() {
+            let mut reader = FrameReader::default();
+            // Initial results: a Reset and a Snapshot at 1 per target.
+            for _ in 0..*n_targets {
+                let (_, p) = reader.next(client).await;
+                assert!(matches!(
+                    decode_server(&p).unwrap(),
+                    ServerMessage::TargetChange {
+                        kind: TargetChangeKind::Reset,
+                        ..
+                    }
+                ));
+                let (_, p) = reader.next(client).await;
+                assert_eq!(
+                    decode_server(&p).unwrap(),
+                    ServerMessage::Snapshot { version: 1 }
+                );
+            }
+            let mut docs: HashMap<u32, Vec<String>> = HashMap::new();
+            for k in 1..=rounds {
+                let mut changed = Vec::new();
+                let version = loop {
+                    let (_, p) = reader.next(client).await;
+                    match decode_server(&p).unwrap() {
+                        ServerMessage::TargetChange {
+                            target_id,
+                            kind,
+                            changes,
+                        } => {
+                            assert_eq!(kind, TargetChangeKind::Delta);
+                            changed.push(target_id);
+                            for ch in changes {
+                                let DocumentChange::Upsert(d) = ch else {
+                                    panic!("only upserts were committed")
+                                };
+                                docs.entry(target_id).or_default().push(d.name.to_string());
+                            }
+                        }
+                        ServerMessage::Snapshot { version } => break version,
+                        other => panic!("connection {i}: unexpected {other:?}"),
+                    }
+                };
+                assert_eq!(version, 1 + k, "connection {i}: one snapshot per round");
+                changed.sort();
+                let want: Vec<u32> = (1..=*n_targets as u32).collect();
+                assert_eq!(
+                    changed, want,
+                    "connection {i}, round {k}: a change per target"
+                );
+                for t in &want {
+                    let names = &docs[t];
+                    let expected: Vec<String> = (1..=k).map(|j| format!("items/d{j}")).collect();
+                    assert_eq!(names, &expected, "connection {i}, target {t}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! `hearth-relay`: parses the command line, sets up logging, and runs the relay
+//! (`serve`) or checks a data directory's index consistency (`check`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use hearth_core::index::config::{parse_index_file, IndexFile};
+use hearth_core::index::def::IndexCatalog;
+use hearth_relay::auth::Authenticator;
+use hearth_relay::store::{valid_database_name, Store};
+use hearth_relay::{run, Config, Relay};
+
+#[derive(Parser)]
+#[command(
+    name = "hearth-relay",
+    version,
+    about = "Hearth's authoritative server: documents, indexes, writes and real-time queries over WebSocket"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve databases over WebSocket (`/v1/ws`), with `/healthz` and `/metrics`.
+    Serve(Box<ServeArgs>),
+    /// Verify that every database's index entries exactly match its documents.
+    Check {
+        /// Data directory to check (the relay must not be running on it).
+        #[arg(long, env = "HEARTH_DATA", default_value = "./hearth-data")]
+        data: PathBuf,
+        /// Index definitions to check against (default: the ones each database was built with).
+        #[arg(long, env = "HEARTH_INDEXES")]
+        indexes: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "HEARTH_ADDR", default_value = "127.0.0.1:8787")]
+    addr: String,
+    /// Directory of the embedded store (created if missing).
+    #[arg(long, env = "HEARTH_DATA", default_value = "./hearth-data")]
+    data: PathBuf,
+    /// Index definitions in the firestore.indexes.json format (comments and trailing commas
+    /// allowed). Changing them backfills existing databases at start.
+    #[arg(long, env = "HEARTH_INDEXES")]
+    indexes: Option<PathBuf>,
+    /// Development: create a missing composite index on first use (backfilled) and log the
+    /// entry to add to the index file, instead of refusing the query.
+    #[arg(long, env = "HEARTH_AUTO_INDEX")]
+    auto_index: bool,
+    /// HS256 secret that signs client tokens (JWT). Without any key, tokens are not checked.
+    #[arg(long, env = "HEARTH_AUTH_SECRET", hide_env_values = true)]
+    auth_secret: Option<String>,
+    /// PEM file of an RS256 public key that verifies client tokens.
+    #[arg(long, env = "HEARTH_AUTH_RS256_KEY")]
+    auth_rs256_key: Option<PathBuf>,
+    /// PEM file of an ES256 public key that verifies client tokens.
+    #[arg(long, env = "HEARTH_AUTH_ES256_KEY")]
+    auth_es256_key: Option<PathBuf>,
+    /// Heartbeat interval on idle connections, in milliseconds.
+    #[arg(long, env = "HEARTH_HEARTBEAT_MS", default_value_t = 5000)]
+    heartbeat_ms: u64,
+    /// How long committed changes are kept for listen resumption, in seconds.
+    #[arg(long, env = "HEARTH_CHANGELOG_RETENTION_SECS", default_value_t = 3600)]
+    changelog_retention_secs: u64,
+    /// Most write batches queued per database before further ones are refused.
+    #[arg(long, env = "HEARTH_MAX_INFLIGHT_WRITES", default_value_t = 10_000)]
+    max_inflight_writes: usize,
+    /// Most bytes queued to one connection before it is dropped as a slow consumer.
+    #[arg(long, env = "HEARTH_MAX_OUTBOUND_BYTES", default_value_t = 32 << 20)]
+    max_outbound_bytes: usize,
+    /// Most concurrent WebSocket connections.
+    #[arg(long, env = "HEARTH_MAX_CONNECTIONS", default_value_t = 19_000)]
+    max_connections: usize,
+    /// The databases this relay serves, comma-separated (created at start when missing); a
+    /// client naming another is refused with `not-found`. Without it, a client's first
+    /// connection to a new (valid) name creates that database.
+    #[arg(long, env = "HEARTH_DATABASES", value_delimiter = ',')]
+    databases: Option<Vec<String>>,
+    /// Most databases created on first use (without `--databases`); a connection to a new
+    /// one past it is refused with `resource-exhausted`.
+    #[arg(long, env = "HEARTH_MAX_DATABASES", default_value_t = 1000)]
+    max_databases: usize,
+    /// Serve this directory's files over HTTP at `/` (the demo app and the npm package).
+    #[arg(long, env = "HEARTH_STATIC_DIR")]
+    static_dir: Option<PathBuf>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "HEARTH_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+}
+
+fn read_indexes(path: Option<&PathBuf>) -> anyhow::Result<IndexFile> {
+    match path {
+        None => Ok(IndexFile::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading index file {}", p.display()))?;
+            parse_index_file(&text).with_context(|| format!("in index file {}", p.display()))
+        }
+    }
+}
+
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logs(&args.log_format);
+    let read_key = |p: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
+        p.as_ref()
+            .map(|p| std::fs::read(p).with_context(|| format!("reading key {}", p.display())))
+            .transpose()
+    };
+    let rs = read_key(&args.auth_rs256_key)?;
+    let es = read_key(&args.auth_es256_key)?;
+    let auth = if args.auth_secret.is_none() && rs.is_none() && es.is_none() {
+        tracing::warn!("no auth keys configured: client tokens are not verified");
+        Authenticator::disabled()
+    } else {
+        Authenticator::from_keys(
+            args.auth_secret.as_deref().map(str::as_bytes),
+            rs.as_deref(),
+            es.as_deref(),
+        )?
+    };
+    let mut config = Config::new(args.data.clone());
+    config.indexes = read_indexes(args.indexes.as_ref())?;
+    config.auto_index = args.auto_index;
+    config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
+    config.changelog_retention = Duration::from_secs(args.changelog_retention_secs);
+    config.max_inflight_writes = args.max_inflight_writes.max(1);
+    config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
+    config.max_connections = args.max_connections.max(1);
+    config.static_dir = args.static_dir.clone();
+    if let Some(names) = &args.databases {
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(bad) = names.iter().find(|n| !valid_database_name(n)) {
+            anyhow::bail!(
+                "--databases: `{bad}` is not a valid database name (1 to 64 of [A-Za-z0-9_-])"
+            );
+        }
+        config.databases = Some(names);
+    }
+    config.max_databases = args.max_databases;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let relay = Relay::start(config, auth)?;
+        let listener = tokio::net::TcpListener::bind(&args.addr)
+            .await
+            .with_context(|| format!("binding {}", args.addr))?;
+        // One machine-readable line on stdout, so scripts and tests started with port 0
+        // learn the address.
+        println!("hearth-relay listening on {}", listener.local_addr()?);
+        run(relay, listener, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+fn check(data: PathBuf, indexes: Option<PathBuf>) -> anyhow::Result<()> {
+    let store = Store::open(&data)?;
+    let forced = indexes.map(|p| read_indexes(Some(&p))).transpose()?;
+    let mut bad = 0;
+    let dbs = store.databases()?;
+    for (name, version) in &dbs {
+        let file = match &forced {
+            Some(f) => f.clone(),
+            None => store.stored_indexes(name)?.unwrap_or_default(),
+        };
+        let problems = store.check(name, &IndexCatalog::from_file(&file))?;
+        if problems.is_empty() {
+            println!("{name}: ok (version {version})");
+        } else {
+            bad += 1;
+            for p in problems {
+                println!("{name}: {p}");
+            }
+        }
+    }
+    if bad > 0 {
+        anyhow::bail!("{bad} of {} databases are inconsistent", dbs.len());
+    }
+    println!("{} databases consistent", dbs.len());
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve(args) => serve(*args),
+        Command::Check { data, indexes } => check(data, indexes),
+    }
+}

@@ -1,0 +1,424 @@
+//! The relay's embedded store: one redb file holding every database's documents, index
+//! entries, changelog, write-idempotency records and metadata.
+//!
+//! ```text
+//! table       key                                        value
+//! documents   db · document_key(name)                    encoded document
+//! index       db · index entry key                       (empty)
+//! changelog   db · version(u64 BE)                       commit time µs(i64 BE) · names
+//! batches     db · string(client_id) · batch_id(u64 BE)  version(u64 BE) · commit time µs
+//! meta        "version/<db>"                              last commit version (u64 BE)
+//!             "indexes/<db>"                              index file JSON the entries follow
+//! ```
+//! `db` is the database name written as an escaped, terminated key string, so one database's
+//! rows are one contiguous key range in every table. Keys after `db` are the core's
+//! (`core::index::keys`), which is why the same query engine runs here and in IndexedDB.
+//!
+//! Architecture invariant: documents and their index entries change only together, in one
+//! write transaction, so a crash leaves them consistent (`hearth-relay check` verifies it).
+
+use std::path::Path;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use hearth_core::encoding::document::decode_document;
+use hearth_core::encoding::key::{prefix_end, write_string, Direction, KeyReader};
+use hearth_core::index::config::{parse_index_file, IndexFile};
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::{document_entries, document_key};
+use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
+use hearth_core::path::DocumentName;
+
+pub const DOCUMENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("documents");
+pub const INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("index");
+pub const CHANGELOG: TableDefinition<&[u8], &[u8]> = TableDefinition::new("changelog");
+pub const BATCHES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("batches");
+pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("cannot open the data directory {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("storage error: {0}")]
+    Redb(String),
+    #[error("corrupt data in database `{db}`: {what}")]
+    Corrupt { db: String, what: String },
+}
+
+macro_rules! redb_err {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> StoreError {
+                StoreError::Redb(e.to_string())
+            }
+        }
+    )*};
+}
+redb_err!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+/// The key prefix of database `db` in every table.
+pub fn db_prefix(db: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(db.len() + 2);
+    write_string(db, Direction::Ascending, &mut out);
+    out
+}
+
+/// Whether `name` is an acceptable database name: 1 to 64 of `[A-Za-z0-9_-]`.
+pub fn valid_database_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The open store.
+pub struct Store {
+    pub(crate) db: redb::Database,
+}
+
+impl Store {
+    /// Opens (or creates) the store in directory `dir`.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let db = redb::Database::create(dir.join("hearth.redb"))?;
+        let txn = db.begin_write()?;
+        {
+            txn.open_table(DOCUMENTS)?;
+            txn.open_table(INDEX)?;
+            txn.open_table(CHANGELOG)?;
+            txn.open_table(BATCHES)?;
+            txn.open_table(META)?;
+        }
+        txn.commit()?;
+        Ok(Store { db })
+    }
+
+    /// Every database with its last commit version.
+    pub fn databases(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let mut out = Vec::new();
+        for row in meta.range("version/".."version0")? {
+            let (k, v) = row?;
+            let name = k.value()["version/".len()..].to_owned();
+            out.push((name, read_u64(v.value())));
+        }
+        Ok(out)
+    }
+
+    /// The index file a database's entries were last built for, if any.
+    pub fn stored_indexes(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let Some(v) = meta.get(format!("indexes/{db}").as_str())? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(v.value()).into_owned();
+        parse_index_file(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt {
+                db: db.to_owned(),
+                what: format!("stored index definitions: {e}"),
+            })
+    }
+
+    /// A consistent read-only view of every database.
+    pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let txn = self.db.begin_read()?;
+        Ok(Snapshot {
+            documents: txn.open_table(DOCUMENTS)?,
+            index: txn.open_table(INDEX)?,
+            changelog: txn.open_table(CHANGELOG)?,
+            meta: txn.open_table(META)?,
+        })
+    }
+
+    /// Rebuilds `db`'s index entries for `new` definitions where they differ from `old`,
+    /// document by document, in transactions of `chunk` documents. `progress(done, total)`
+    /// is called after each chunk. The stored definitions are updated at the end.
+    pub fn backfill(
+        &self,
+        db: &str,
+        old: &IndexCatalog,
+        new: &IndexCatalog,
+        chunk: usize,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<(), StoreError> {
+        let prefix = db_prefix(db);
+        let end = prefix_end(&prefix).expect("a database prefix has an end");
+        let total = {
+            let txn = self.db.begin_read()?;
+            let docs = txn.open_table(DOCUMENTS)?;
+            docs.range(prefix.as_slice()..end.as_slice())?.count() as u64
+        };
+        let mut done = 0u64;
+        let mut from = prefix.clone();
+        loop {
+            let txn = self.db.begin_write()?;
+            let mut last = None;
+            {
+                let docs = txn.open_table(DOCUMENTS)?;
+                let mut index = txn.open_table(INDEX)?;
+                let mut n = 0;
+                for row in docs.range(from.as_slice()..end.as_slice())? {
+                    let (k, v) = row?;
+                    let doc = decode_document(v.value()).map_err(|e| StoreError::Corrupt {
+                        db: db.to_owned(),
+                        what: e.to_string(),
+                    })?;
+                    let before = document_entries(old, &doc);
+                    let after = document_entries(new, &doc);
+                    for key in before.difference(&after) {
+                        index.remove([prefix.as_slice(), key].concat().as_slice())?;
+                    }
+                    for key in after.difference(&before) {
+                        index
+                            .insert([prefix.as_slice(), key].concat().as_slice(), [].as_slice())?;
+                    }
+                    last = Some(k.value().to_vec());
+                    n += 1;
+                    if n == chunk {
+                        break;
+                    }
+                }
+                done += n as u64;
+            }
+            match last {
+                Some(mut k) => {
+                    txn.commit()?;
+                    progress(done, total);
+                    k.push(0);
+                    from = k;
+                }
+                None => {
+                    let mut meta = txn.open_table(META)?;
+                    meta.insert(
+                        format!("indexes/{db}").as_str(),
+                        new.file().to_json().as_bytes(),
+                    )?;
+                    drop(meta);
+                    txn.commit()?;
+                    progress(done, total);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Checks that `db`'s index table holds exactly the entries its documents produce under
+    /// `catalog`. Returns the problems found (empty when consistent).
+    pub fn check(&self, db: &str, catalog: &IndexCatalog) -> Result<Vec<String>, StoreError> {
+        let prefix = db_prefix(db);
+        let end = prefix_end(&prefix).expect("a database prefix has an end");
+        let txn = self.db.begin_read()?;
+        let docs = txn.open_table(DOCUMENTS)?;
+        let index = txn.open_table(INDEX)?;
+        let mut expected = std::collections::BTreeSet::new();
+        let mut problems = Vec::new();
+        for row in docs.range(prefix.as_slice()..end.as_slice())? {
+            let (k, v) = row?;
+            match decode_document(v.value()) {
+                Ok(doc) => {
+                    if document_key(&doc.name) != k.value()[prefix.len()..] {
+                        problems.push(format!("document `{}` stored under another key", doc.name));
+                    }
+                    expected.extend(document_entries(catalog, &doc));
+                }
+                Err(e) => problems.push(format!("undecodable document: {e}")),
+            }
+        }
+        let mut actual = std::collections::BTreeSet::new();
+        for row in index.range(prefix.as_slice()..end.as_slice())? {
+            let (k, _) = row?;
+            actual.insert(k.value()[prefix.len()..].to_vec());
+        }
+        let missing = expected.difference(&actual).count();
+        let extra = actual.difference(&expected).count();
+        if missing > 0 {
+            problems.push(format!("{missing} index entries missing"));
+        }
+        if extra > 0 {
+            problems.push(format!("{extra} index entries without a document"));
+        }
+        Ok(problems)
+    }
+}
+
+pub(crate) fn read_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    let n = b.len().min(8);
+    a[..n].copy_from_slice(&b[..n]);
+    u64::from_be_bytes(a)
+}
+
+/// A read transaction over all tables.
+pub struct Snapshot {
+    documents: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    index: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    changelog: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    meta: redb::ReadOnlyTable<&'static str, &'static [u8]>,
+}
+
+impl Snapshot {
+    /// One database's view of the snapshot.
+    pub fn database<'a>(&'a self, db: &str) -> DatabaseView<'a> {
+        DatabaseView {
+            snap: self,
+            prefix: db_prefix(db),
+            name: db.to_owned(),
+        }
+    }
+}
+
+/// One database inside a snapshot; implements the core's [`KvRead`].
+pub struct DatabaseView<'a> {
+    snap: &'a Snapshot,
+    prefix: Vec<u8>,
+    name: String,
+}
+
+type RowGuards<'a> = (
+    redb::AccessGuard<'a, &'static [u8]>,
+    redb::AccessGuard<'a, &'static [u8]>,
+);
+
+fn kv_err(e: impl std::fmt::Display) -> KvError {
+    KvError(e.to_string())
+}
+
+impl DatabaseView<'_> {
+    /// The database's commit version in this snapshot.
+    pub fn version(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .snap
+            .meta
+            .get(format!("version/{}", self.name).as_str())?
+            .map_or(0, |v| read_u64(v.value())))
+    }
+
+    /// The oldest version whose changelog record is retained, if any.
+    pub fn oldest_change(&self) -> Result<Option<u64>, StoreError> {
+        let end = prefix_end(&self.prefix).expect("prefix end");
+        let first = self
+            .snap
+            .changelog
+            .range(self.prefix.as_slice()..end.as_slice())?
+            .next()
+            .transpose()?;
+        Ok(first.map(|(k, _)| read_u64(&k.value()[self.prefix.len()..])))
+    }
+
+    /// Names changed by commits in `(after, ..]`, with the versions that changed them.
+    pub fn changes_since(&self, after: u64) -> Result<Vec<(u64, DocumentName)>, StoreError> {
+        let mut from = self.prefix.clone();
+        from.extend_from_slice(&(after + 1).to_be_bytes());
+        let end = prefix_end(&self.prefix).expect("prefix end");
+        let mut out = Vec::new();
+        for row in self.snap.changelog.range(from.as_slice()..end.as_slice())? {
+            let (k, v) = row?;
+            let version = read_u64(&k.value()[self.prefix.len()..]);
+            for name in decode_change_names(v.value()).map_err(|what| StoreError::Corrupt {
+                db: self.name.clone(),
+                what,
+            })? {
+                out.push((version, name));
+            }
+        }
+        Ok(out)
+    }
+
+    fn table(&self, table: Table) -> &redb::ReadOnlyTable<&'static [u8], &'static [u8]> {
+        match table {
+            Table::Documents => &self.snap.documents,
+            Table::Index => &self.snap.index,
+        }
+    }
+}
+
+impl KvRead for DatabaseView<'_> {
+    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        let full = [self.prefix.as_slice(), key].concat();
+        Ok(self
+            .table(table)
+            .get(full.as_slice())
+            .map_err(kv_err)?
+            .map(|v| v.value().to_vec()))
+    }
+
+    async fn scan(
+        &self,
+        table: Table,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Row>, KvError> {
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let start = [self.prefix.as_slice(), &range.start].concat();
+        let end = match &range.end {
+            Some(e) => [self.prefix.as_slice(), e].concat(),
+            None => prefix_end(&self.prefix).expect("prefix end"),
+        };
+        let iter = self
+            .table(table)
+            .range(start.as_slice()..end.as_slice())
+            .map_err(kv_err)?;
+        let p = self.prefix.len();
+        let map = |row: Result<RowGuards, redb::StorageError>| {
+            row.map(|(k, v)| (k.value()[p..].to_vec(), v.value().to_vec()))
+                .map_err(kv_err)
+        };
+        if reverse {
+            iter.rev().take(limit).map(map).collect()
+        } else {
+            iter.take(limit).map(map).collect()
+        }
+    }
+}
+
+/// A changelog record's names: count(u32 BE) then each name as key segments.
+pub fn encode_change_names(commit_micros: i64, names: &[DocumentName]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&commit_micros.to_be_bytes());
+    out.extend_from_slice(&(names.len() as u32).to_be_bytes());
+    for n in names {
+        hearth_core::encoding::key::write_segments(n.segments(), &mut out);
+    }
+    out
+}
+
+fn decode_change_names(b: &[u8]) -> Result<Vec<DocumentName>, String> {
+    if b.len() < 12 {
+        return Err("changelog record too short".into());
+    }
+    let count = u32::from_be_bytes([b[8], b[9], b[10], b[11]]) as usize;
+    let mut r = KeyReader::new(&b[12..]);
+    let mut out = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let segs = r.segments().map_err(|e| e.to_string())?;
+        out.push(DocumentName::from_segments(segs).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// Commit time of a changelog record, in microseconds since the epoch.
+pub fn change_time(b: &[u8]) -> i64 {
+    read_u64(b) as i64
+}

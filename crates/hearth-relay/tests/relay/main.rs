@@ -1,0 +1,14 @@
+//! Integration tests of `hearth-relay`: the real binary, driven through the native client
+//! (`hearth-client`) and raw WebSockets, in one test crate.
+
+// Test helpers unwrap: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod crash;
+mod harness;
+mod listens;
+mod model;
+mod ops;
+mod queries;
+mod robustness;
+mod writes;
