@@ -431,7 +431,7 @@ async fn failed_batch_applies_nothing() {
         ])
         .await
         .unwrap_err();
-    assert_eq!(err.code, "invalid-argument", "{err}");
+    assert_eq!(err.code().as_str(), "invalid-argument", "{err}");
     assert!(err.message.contains("operation 3"), "{err}");
     assert!(err.message.contains("DataError"), "{err}");
     assert_eq!(s.all(Store::Documents).await.unwrap(), before);
@@ -469,7 +469,7 @@ async fn failed_batch_applies_nothing() {
             .write(vec![doc(b"added", b"x", &[]), bad])
             .await
             .unwrap_err();
-        assert_eq!(err.code, "invalid-argument", "{err}");
+        assert_eq!(err.code().as_str(), "invalid-argument", "{err}");
         assert!(err.message.contains(why), "{err}");
     }
     assert_eq!(s.all(Store::Documents).await.unwrap(), before);
@@ -488,9 +488,12 @@ async fn reopen_keeps_data_and_close_is_reported() {
     .unwrap();
     s.close();
     let err = s.get_meta("x").await.unwrap_err();
-    assert_eq!(err.code, "failed-precondition", "{err}");
+    assert_eq!(err.code().as_str(), "failed-precondition", "{err}");
     let err = s.write(vec![put(Store::Meta, Key::Text("x".into()), b"1")]);
-    assert_eq!(err.await.unwrap_err().code, "failed-precondition");
+    assert_eq!(
+        err.await.unwrap_err().code().as_str(),
+        "failed-precondition"
+    );
 
     let s = IdbStore::open("t-reopen").await.unwrap();
     let r = s.read().await.unwrap();
@@ -513,7 +516,7 @@ async fn delete_removes_the_database_even_while_open() {
     // Our own open connection closes itself on `versionchange`, so the delete goes through.
     IdbStore::delete("t-delete").await.unwrap();
     let err = s.read().await.err().expect("closed by the delete");
-    assert_eq!(err.code, "failed-precondition");
+    assert_eq!(err.code().as_str(), "failed-precondition");
     assert!(err.message.contains("deleted; reload"), "{err}");
 
     let s = IdbStore::open("t-delete").await.unwrap();
@@ -536,7 +539,7 @@ async fn blocked_upgrade_fails_fast() {
     let err = IdbStore::open_with_version("t-blocked", SCHEMA_VERSION + 1)
         .await
         .unwrap_err();
-    assert_eq!(err.code, "failed-precondition", "{err}");
+    assert_eq!(err.code().as_str(), "failed-precondition", "{err}");
     assert!(err.message.contains("close the other tabs"), "{err}");
     console_log!(
         "blocked upgrade reported after {:.1} ms",
@@ -567,11 +570,11 @@ async fn open_connection_yields_to_upgrade() {
         .await
         .unwrap();
     let err = s.get_meta("x").await.unwrap_err();
-    assert_eq!(err.code, "failed-precondition");
+    assert_eq!(err.code().as_str(), "failed-precondition");
     assert!(err.message.contains("reload"), "{err}");
     newer.close();
     let err = IdbStore::open("t-yield").await.unwrap_err();
-    assert_eq!(err.code, "failed-precondition", "{err}");
+    assert_eq!(err.code().as_str(), "failed-precondition", "{err}");
     assert!(err.message.contains("newer version"), "{err}");
     IdbStore::delete("t-yield").await.unwrap();
 }
@@ -595,9 +598,9 @@ async fn missing_indexeddb_is_unavailable() {
         js_sys::Object::define_property(&window, &name, original.unchecked_ref());
     }
     let err = open.unwrap_err();
-    assert_eq!(err.code, "unavailable", "{err}");
+    assert_eq!(err.code().as_str(), "unavailable", "{err}");
     assert!(err.message.contains("IndexedDB is not available"), "{err}");
-    assert_eq!(delete.unwrap_err().code, "unavailable");
+    assert_eq!(delete.unwrap_err().code().as_str(), "unavailable");
     // The real global is back.
     IdbStore::open("t-unavailable").await.unwrap().close();
     IdbStore::delete("t-unavailable").await.unwrap();

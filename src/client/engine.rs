@@ -16,6 +16,7 @@
 //! Architecture invariant: JS callbacks are queued while the engine updates and run only
 //! after, so a callback never re-enters the engine mid-update.
 
+use hearth_core::error::ErrorCode;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
@@ -63,8 +64,12 @@ impl Batch {
     }
 
     fn decode(id: u64, bytes: &[u8]) -> Result<Batch, ClientError> {
-        let corrupt =
-            || ClientError::new("data-loss", format!("stored write batch {id} is corrupt"));
+        let corrupt = || {
+            ClientError::new(
+                ErrorCode::DataLoss,
+                format!("stored write batch {id} is corrupt"),
+            )
+        };
         let take = |b: &[u8], at: usize| -> Option<u32> {
             Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
         };
@@ -374,12 +379,12 @@ impl Engine {
             let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
             let fetched = hearth_core::kv::KvRead::get_many(read, Table::Documents, &keys)
                 .await
-                .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
+                .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
             for (name, bytes) in distinct.into_iter().zip(fetched) {
                 let doc = bytes
                     .map(|b| {
                         decode_document(&b)
-                            .map_err(|e| ClientError::new("data-loss", e.to_string()))
+                            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))
                     })
                     .transpose()?;
                 bases.insert(name, doc);
@@ -727,13 +732,13 @@ impl Engine {
             let keys: Vec<Vec<u8>> = docs.iter().map(|(n, _)| document_key(n)).collect();
             let olds = hearth_core::kv::KvRead::get_many(&read, Table::Documents, &keys)
                 .await
-                .map_err(|e| ClientError::new("unavailable", e.to_string()))?;
+                .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
             let pending = self.pending_names();
             for ((name, server), old) in docs.into_iter().zip(olds) {
                 let old = old
                     .map(|b| {
                         decode_document(&b)
-                            .map_err(|e| ClientError::new("data-loss", e.to_string()))
+                            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))
                     })
                     .transpose()?;
                 let local = if pending.contains(&name) {
@@ -1193,7 +1198,7 @@ impl Engine {
     pub fn close(&self) {
         for (_, ws) in self.waiters.borrow_mut().drain() {
             for settle in ws {
-                settle(Err(ClientError::new("unavailable", "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")));
+                settle(Err(ClientError::new(ErrorCode::Unavailable, "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")));
             }
         }
         self.listeners.borrow_mut().clear();
@@ -1224,7 +1229,8 @@ async fn reindex(store: &IdbStore, catalog: &IndexCatalog) -> Result<(), ClientE
     let now = js_sys::Date::now();
     let mut ops = Vec::new();
     for (key, v) in store.all(Store::Documents).await? {
-        let doc = decode_document(&v).map_err(|e| ClientError::new("data-loss", e.to_string()))?;
+        let doc = decode_document(&v)
+            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))?;
         ops.push(WriteOp::PutDocument {
             key,
             index_keys: document_entries(catalog, &doc).into_iter().collect(),
@@ -1259,7 +1265,7 @@ fn decode_remote(b: &[u8]) -> Result<Option<Document>, ClientError> {
     match b.split_first() {
         Some((1, rest)) => decode_document(rest)
             .map(Some)
-            .map_err(|e| ClientError::new("data-loss", e.to_string())),
+            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string())),
         _ => Ok(None),
     }
 }

@@ -1,16 +1,19 @@
 //! Errors at the JavaScript boundary: a real `Error` with a stable `code` property.
 
+use hearth_core::error::ErrorCode;
 use wasm_bindgen::JsValue;
 
 /// A client-side failure with one of the stable codes (`invalid-argument`, `unavailable`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientError {
-    pub code: &'static str,
+    /// Which of the stable codes; JavaScript sees its text as `err.code`.
+    code: ErrorCode,
+    /// What went wrong, for people: names the document, limit or rule.
     pub message: String,
 }
 
 impl ClientError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> ClientError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ClientError {
         ClientError {
             code,
             message: message.into(),
@@ -18,14 +21,19 @@ impl ClientError {
     }
 
     pub fn invalid(message: impl Into<String>) -> ClientError {
-        ClientError::new("invalid-argument", message)
+        ClientError::new(ErrorCode::InvalidArgument, message)
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
     }
 
     /// The JS `Error` (name `HearthError`, with `code`).
     pub fn to_js(&self) -> JsValue {
         let e = js_sys::Error::new(&self.message);
         e.set_name("HearthError");
-        let _ = js_sys::Reflect::set(&e, &"code".into(), &self.code.into());
+        let _ = js_sys::Reflect::set(&e, &"code".into(), &self.code.as_str().into());
         e.into()
     }
 }
@@ -58,10 +66,4 @@ impl From<hearth_core::path::PathError> for ClientError {
     fn from(e: hearth_core::path::PathError) -> ClientError {
         ClientError::invalid(e.to_string())
     }
-}
-
-/// The static code for a code's text (as passed between tabs): one of the protocol's codes,
-/// which the client's own errors use too, or `unknown`.
-pub fn code_of(text: &str) -> &'static str {
-    hearth_core::protocol::ErrorCode::parse(text).map_or("unknown", |c| c.as_str())
 }

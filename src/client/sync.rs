@@ -6,6 +6,7 @@
 //! Architecture invariant: the WebSocket's event closures are owned by the `Sync` value and
 //! dropped with it; none is leaked with `forget()`.
 
+use hearth_core::error::ErrorCode;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::rc::{Rc, Weak};
@@ -21,7 +22,6 @@ use super::idb_store::{Key, Store, WriteOp};
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::{decode_server, encode_client, encode_query};
-use hearth_core::protocol::ErrorCode;
 use hearth_core::protocol::{
     ClientMessage, DocumentChange, ServerMessage, TargetChangeKind, PROTOCOL_VERSION,
 };
@@ -334,7 +334,7 @@ impl Sync {
         let was_open = self.open.replace(false);
         for (_, reply) in self.replies.borrow_mut().drain() {
             reply(Err(ClientError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 "the connection to the relay was lost",
             )));
         }
@@ -523,7 +523,7 @@ impl Sync {
                 code,
                 message,
             } => {
-                let err = ClientError::new(code.as_str(), message);
+                let err = ClientError::new(code, message);
                 if code == ErrorCode::Unauthenticated && self.token_provider.is_some() {
                     // The token expired or was refused: reconnect with a fresh one from the
                     // callback. Queued writes are sent again and listens resumed; reads in
@@ -721,7 +721,7 @@ impl Sync {
         self.replies.borrow_mut().insert(request_id, Box::new(tx));
         if !self.send(&make(request_id)) {
             self.replies.borrow_mut().remove(&request_id);
-            return Err(ClientError::new("unavailable", "the relay is not reachable (offline); read from the cache with { source: 'cache' }"));
+            return Err(ClientError::new(ErrorCode::Unavailable, "the relay is not reachable (offline); read from the cache with { source: 'cache' }"));
         }
         rx.await
     }
@@ -752,7 +752,7 @@ impl Sync {
         match reply {
             Ok(ServerMessage::WriteResult { version, .. }) => Ok(version),
             Ok(_) => Err(ClientError::new(
-                "internal",
+                ErrorCode::Internal,
                 "unexpected reply to a transaction",
             )),
             Err(e) => Err(e),

@@ -11,6 +11,7 @@
 pub mod autoid;
 pub mod document;
 pub mod encoding;
+pub mod error;
 pub mod index;
 pub mod kv;
 pub mod mutation;

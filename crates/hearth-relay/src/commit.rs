@@ -56,8 +56,7 @@ impl WriteError {
 
 impl From<MutationError> for WriteError {
     fn from(e: MutationError) -> WriteError {
-        let code = ErrorCode::parse(e.code()).unwrap_or(ErrorCode::InvalidArgument);
-        WriteError::new(code, e.to_string())
+        WriteError::new(e.code(), e.to_string())
     }
 }
 

@@ -225,10 +225,6 @@ fn error(
     }
 }
 
-fn query_error_code(e: &QueryError) -> ErrorCode {
-    ErrorCode::parse(e.code()).unwrap_or(ErrorCode::Internal)
-}
-
 struct Connection {
     relay: Arc<Relay>,
     id: u64,
@@ -503,7 +499,7 @@ impl Connection {
                         version,
                         documents,
                     },
-                    Err(e) => error(request_id, 0, query_error_code(&e), e.to_string()),
+                    Err(e) => error(request_id, 0, e.code(), e.to_string()),
                 };
                 self.reply(request_id, &reply);
             }
@@ -527,7 +523,7 @@ impl Connection {
                             if attempt < 8 && self.relay.auto_index(&self.db, &e).await {
                                 continue;
                             }
-                            break error(request_id, 0, query_error_code(&e), e.to_string());
+                            break error(request_id, 0, e.code(), e.to_string());
                         }
                     }
                 };
@@ -556,7 +552,7 @@ impl Connection {
                             if attempt < 8 && self.relay.auto_index(&self.db, &e).await {
                                 continue;
                             }
-                            self.send(&error(0, target_id, query_error_code(&e), e.to_string()));
+                            self.send(&error(0, target_id, e.code(), e.to_string()));
                             break;
                         }
                     }

@@ -7,6 +7,7 @@ mod reference;
 mod snapshot;
 mod write;
 
+use hearth_core::error::ErrorCode;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -46,8 +47,8 @@ impl Db {
             return;
         };
         let weak = Rc::downgrade(self);
-        let on_message =
-            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+            move |e: web_sys::MessageEvent| {
                 let Some(db) = weak.upgrade() else { return };
                 let data = e.data();
                 // `{settled, version}` or `{settled, code, message}`: another context took
@@ -57,14 +58,21 @@ impl Db {
                     .and_then(|v| v.as_f64())
                 {
                     let field = |k: &str| Reflect::get(&data, &k.into()).ok();
-                    let result = match field("code").and_then(|c| c.as_string()) {
+                    // A refusal carries its code as the code's tag (`ErrorCode::tag`).
+                    let result = match field("code").and_then(|c| c.as_f64()) {
                         None => Ok(field("version").and_then(|v| v.as_f64()).unwrap_or(0.0) as u64),
-                        Some(code) => Err(ClientError::new(
-                            crate::client::error::code_of(&code),
-                            field("message")
+                        Some(tag) => {
+                            let message = field("message")
                                 .and_then(|m| m.as_string())
-                                .unwrap_or_default(),
-                        )),
+                                .unwrap_or_default();
+                            Err(match ErrorCode::from_tag(tag as u8) {
+                                Some(code) if tag.fract() == 0.0 => ClientError::new(code, message),
+                                _ => ClientError::new(
+                                    ErrorCode::Internal,
+                                    format!("another context refused the batch with an unknown error code ({tag}): {message}"),
+                                ),
+                            })
+                        }
                     };
                     db.engine.settle_waiters(id as u64, result);
                     return;
@@ -81,7 +89,8 @@ impl Db {
                 wasm_bindgen_futures::spawn_local(
                     async move { engine.external_change(names).await },
                 );
-            });
+            },
+        );
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         let post = channel.clone();
         *self.engine.on_local_change.borrow_mut() =
@@ -103,7 +112,7 @@ impl Db {
                 match result {
                     Ok(version) => set("version", JsValue::from_f64(*version as f64)),
                     Err(e) => {
-                        set("code", JsValue::from_str(e.code));
+                        set("code", JsValue::from_f64(f64::from(e.code().tag())));
                         set("message", JsValue::from_str(&e.message));
                     }
                 }
@@ -145,7 +154,7 @@ impl Db {
         }
         self.sync.clone().map(Some).ok_or_else(|| {
             ClientError::new(
-                "unavailable",
+                ErrorCode::Unavailable,
                 "this database has no relay: read with { source: 'cache' }",
             )
         })

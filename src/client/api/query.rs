@@ -1,6 +1,7 @@
 //! `Query`, `CollectionReference`, `Filter` and `AggregateField`: building queries, running
 //! them (`get`), aggregating them, and listening to them (`onSnapshot`).
 
+use hearth_core::error::ErrorCode;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -295,7 +296,11 @@ impl Query {
                     )
                     .await?;
                 let ServerMessage::QueryResult { documents, .. } = reply else {
-                    return Err(ClientError::new("internal", "unexpected reply to a query").into());
+                    return Err(ClientError::new(
+                        ErrorCode::Internal,
+                        "unexpected reply to a query",
+                    )
+                    .into());
                 };
                 if q.projection.is_none() {
                     let docs: Vec<_> = documents
@@ -362,7 +367,7 @@ impl Query {
                     ServerMessage::AggregationResult { values, .. } => values,
                     _ => {
                         return Err(ClientError::new(
-                            "internal",
+                            ErrorCode::Internal,
                             "unexpected reply to an aggregation",
                         )
                         .into())

@@ -1,6 +1,7 @@
 //! `DocumentReference`: read, write and listen to one document; and the shared pieces of
 //! listener registration (`onSnapshot` arguments, unsubscribe functions) and write promises.
 
+use hearth_core::error::ErrorCode;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -259,7 +260,9 @@ impl DocumentReference {
                         }
                         Ok(DocumentSnapshot::new(&db, name, doc, false, false).into())
                     }
-                    _ => Err(ClientError::new("internal", "unexpected reply to a read").into()),
+                    _ => Err(
+                        ClientError::new(ErrorCode::Internal, "unexpected reply to a read").into(),
+                    ),
                 }
             } else {
                 let doc = db.engine.get_document(&name).await?;

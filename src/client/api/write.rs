@@ -1,6 +1,7 @@
 //! `WriteBatch` (atomic multi-document writes, latency-compensated) and `Transaction`
 //! (optimistic: reads from the relay, revalidated at commit, retried on conflict).
 
+use hearth_core::error::ErrorCode;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -51,7 +52,7 @@ impl WriteBatch {
     fn push(&self, m: Result<Mutation, ClientError>) -> Result<(), JsValue> {
         if self.committed.get() {
             return Err(ClientError::new(
-                "failed-precondition",
+                ErrorCode::FailedPrecondition,
                 "a write batch can no longer be used after commit()",
             )
             .into());
@@ -85,7 +86,7 @@ impl WriteBatch {
         if self.committed.replace(true) {
             return Promise::reject(
                 &ClientError::new(
-                    "failed-precondition",
+                    ErrorCode::FailedPrecondition,
                     "this write batch was already committed",
                 )
                 .to_js(),
@@ -127,7 +128,7 @@ impl Transaction {
             }
             let Some(sync) = db.sync.clone().filter(|_| db.online()) else {
                 return Err(ClientError::new(
-                    "unavailable",
+                    ErrorCode::Unavailable,
                     "transactions need the relay: the client is offline",
                 )
                 .into());
@@ -135,7 +136,9 @@ impl Transaction {
             let ServerMessage::GetResult { documents, .. } =
                 sync.request_get(vec![name.clone()]).await?
             else {
-                return Err(ClientError::new("internal", "unexpected reply to a read").into());
+                return Err(
+                    ClientError::new(ErrorCode::Internal, "unexpected reply to a read").into(),
+                );
             };
             let doc = documents.into_iter().next().and_then(|(_, d)| d);
             reads
@@ -206,7 +209,7 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
     future_to_promise(async move {
         let Some(sync) = db.sync.clone() else {
             return Err(ClientError::new(
-                "failed-precondition",
+                ErrorCode::FailedPrecondition,
                 "transactions need a relay: open the database with { relay }",
             )
             .into());
@@ -243,7 +246,7 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
                     }
                     return Ok(result);
                 }
-                Err(e) if e.code == "aborted" && attempt < MAX_ATTEMPTS => {
+                Err(e) if e.code() == ErrorCode::Aborted && attempt < MAX_ATTEMPTS => {
                     sleep(f64::from(20 << attempt) * (0.5 + js_sys::Math::random())).await;
                 }
                 Err(e) => return Err(e.into()),

@@ -1,6 +1,7 @@
 //! The JavaScript side of the IndexedDB store: bindings web-sys lacks, key and value
 //! conversions, and the mapping of `DOMException`s to [`ClientError`] codes.
 
+use hearth_core::error::ErrorCode;
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
@@ -158,7 +159,7 @@ pub(super) fn record_size(record: &JsValue) -> u64 {
 pub(super) fn factory() -> Result<IdbFactory, ClientError> {
     let unavailable = |detail: String| {
         ClientError::new(
-            "unavailable",
+            ErrorCode::Unavailable,
             format!(
                 "IndexedDB is not available in this context ({detail}); Hearth needs it to \
                  persist data: use a regular browsing window served over http(s)"
@@ -291,24 +292,24 @@ pub(super) fn idb_error(what: &str, e: &JsValue) -> ClientError {
     let detail = describe(e);
     match error_name(e).as_str() {
         "QuotaExceededError" => ClientError::new(
-            "resource-exhausted",
+            ErrorCode::ResourceExhausted,
             format!(
                 "{what}: the browser's storage quota for this site is exhausted ({detail}); \
                  nothing was written: free disk space, lower the cache size, or clear site data"
             ),
         ),
-        "DataError" => ClientError::new("invalid-argument", format!("{what}: {detail}")),
+        "DataError" => ClientError::new(ErrorCode::InvalidArgument, format!("{what}: {detail}")),
         "VersionError" => ClientError::new(
-            "failed-precondition",
+            ErrorCode::FailedPrecondition,
             format!(
                 "{what}: the local database was written by a newer version of Hearth \
                  ({detail}); reload the page to run the newer version"
             ),
         ),
         "SecurityError" => ClientError::new(
-            "unavailable",
+            ErrorCode::Unavailable,
             format!("{what}: IndexedDB is not allowed in this context ({detail})"),
         ),
-        _ => ClientError::new("internal", format!("{what}: {detail}")),
+        _ => ClientError::new(ErrorCode::Internal, format!("{what}: {detail}")),
     }
 }

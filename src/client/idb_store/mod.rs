@@ -72,6 +72,7 @@ mod js;
 mod ops;
 mod read;
 
+use hearth_core::error::ErrorCode;
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -201,7 +202,7 @@ impl IdbStore {
             OpenOutcome::Error(e) => return Err(js::idb_error(&what, &e)),
             OpenOutcome::Blocked => {
                 return Err(ClientError::new(
-                    "failed-precondition",
+                    ErrorCode::FailedPrecondition,
                     format!(
                         "{what}: another tab or window holds the database open with an older \
                          version of the app and does not release it; close the other tabs of \
@@ -215,7 +216,7 @@ impl IdbStore {
         if let Some(missing) = Store::ALL.iter().find(|s| !names.contains(s.name())) {
             db.close();
             return Err(ClientError::new(
-                "data-loss",
+                ErrorCode::DataLoss,
                 format!(
                     "{what}: object store `{}` is missing; the database was not created by \
                      Hearth",
@@ -257,7 +258,7 @@ impl IdbStore {
             OpenOutcome::Success(_) => Ok(()),
             OpenOutcome::Error(e) => Err(js::idb_error(&what, &e)),
             OpenOutcome::Blocked => Err(ClientError::new(
-                "failed-precondition",
+                ErrorCode::FailedPrecondition,
                 format!(
                     "{what}: another tab or window holds the database open; it will be deleted \
                      once the other tabs of this app are closed"
@@ -344,7 +345,7 @@ impl IdbStore {
             return Err(match stopped {
                 ops::Stopped::Request(i, e) => self.error(&format!("{WRITING}: operation {i}"), &e),
                 ops::Stopped::Refused(i, e) => {
-                    ClientError::new(e.code, format!("{WRITING}: operation {i}: {}", e.message))
+                    ClientError::new(e.code(), format!("{WRITING}: operation {i}: {}", e.message))
                 }
             });
         }
@@ -382,7 +383,7 @@ impl IdbStore {
         let mut rows = Vec::with_capacity(keys.length() as usize);
         for i in 0..keys.length() {
             let key = js::key_bytes(&keys.get(i))
-                .map_err(|m| ClientError::new("data-loss", format!("{what}: {m}")))?;
+                .map_err(|m| ClientError::new(ErrorCode::DataLoss, format!("{what}: {m}")))?;
             let value = values.get(i);
             rows.push((
                 key,
@@ -463,11 +464,11 @@ impl IdbStore {
         match self.inner.closed.get() {
             Closed::Open => js::idb_error(what, e),
             Closed::ByCaller => ClientError::new(
-                "failed-precondition",
+                ErrorCode::FailedPrecondition,
                 format!("{what}: the local database {:?} is closed", self.inner.name),
             ),
             Closed::ByVersionChange => ClientError::new(
-                "failed-precondition",
+                ErrorCode::FailedPrecondition,
                 format!(
                     "{what}: the local database {:?} was closed so that it could be upgraded \
                      (by another tab running a newer version) or deleted; reload the page",

@@ -1,6 +1,7 @@
 //! The vocabulary of the store: its object stores, keys, and the operations of a write
 //! batch, with the checks made before a batch touches IndexedDB.
 
+use hearth_core::error::ErrorCode;
 use wasm_bindgen::JsValue;
 use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
@@ -173,7 +174,10 @@ pub(super) fn apply(
             .map_err(|m| Stopped::Refused(i, ClientError::invalid(m)))?;
         let Ok(at) = scope.binary_search(&op.store()) else {
             let m = format!("`{}` is not in the transaction's scope", op.store().name());
-            return Err(Stopped::Refused(i, ClientError::new("internal", m)));
+            return Err(Stopped::Refused(
+                i,
+                ClientError::new(ErrorCode::Internal, m),
+            ));
         };
         let store = &stores[at];
         let made = match &op {

@@ -1,6 +1,7 @@
 //! Why a mutation was refused, with Firestore's error codes.
 
 use crate::document::DocumentError;
+use crate::error::ErrorCode;
 use crate::path::DocumentName;
 
 /// Why a mutation was refused. Messages name the document (and the field, where one is at
@@ -45,13 +46,13 @@ fn describe(actual: Option<u64>) -> String {
 impl MutationError {
     /// Firestore's error code, stable across releases: `not-found`, `already-exists`,
     /// `failed-precondition` or `invalid-argument`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            MutationError::NotFound { .. } => "not-found",
-            MutationError::AlreadyExists { .. } => "already-exists",
-            MutationError::FailedPrecondition { .. } => "failed-precondition",
+            MutationError::NotFound { .. } => ErrorCode::NotFound,
+            MutationError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            MutationError::FailedPrecondition { .. } => ErrorCode::FailedPrecondition,
             MutationError::InvalidArgument(_) | MutationError::Document { .. } => {
-                "invalid-argument"
+                ErrorCode::InvalidArgument
             }
         }
     }

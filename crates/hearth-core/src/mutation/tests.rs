@@ -284,7 +284,7 @@ fn errors_name_the_document_and_carry_codes() {
         ),
     ];
     for (err, code, msg) in cases {
-        assert_eq!(err.code(), code);
+        assert_eq!(err.code().as_str(), code);
         assert_eq!(err.to_string(), msg);
     }
 }

@@ -609,10 +609,7 @@ fn operator_tag(op: Operator) -> u8 {
 const ERROR_CODES: [ErrorCode; 12] = ErrorCode::ALL;
 
 fn error_code_tag(code: ErrorCode) -> u8 {
-    ERROR_CODES
-        .iter()
-        .position(|&c| c == code)
-        .expect("every error code is in ERROR_CODES") as u8
+    code.tag()
 }
 
 // ---- Decoding ----

@@ -7,6 +7,8 @@
 
 pub mod codec;
 
+pub use crate::error::ErrorCode;
+
 use crate::document::Document;
 use crate::index::config::IndexFile;
 use crate::mutation::Mutation;
@@ -146,62 +148,4 @@ pub enum DocumentChange {
     Upsert(Document),
     /// The document left the result (deleted, or no longer matching).
     Remove(DocumentName),
-}
-
-/// Stable error codes, shared with the JavaScript API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorCode {
-    InvalidArgument,
-    NotFound,
-    AlreadyExists,
-    PermissionDenied,
-    Unauthenticated,
-    FailedPrecondition,
-    Aborted,
-    ResourceExhausted,
-    Unavailable,
-    Unimplemented,
-    Internal,
-    DataLoss,
-}
-
-impl ErrorCode {
-    /// Every code, in declaration order, which is also their wire order (the codec's tag is
-    /// the position here, `docs/protocol.md` §7): append, never reorder.
-    pub const ALL: [ErrorCode; 12] = [
-        ErrorCode::InvalidArgument,
-        ErrorCode::NotFound,
-        ErrorCode::AlreadyExists,
-        ErrorCode::PermissionDenied,
-        ErrorCode::Unauthenticated,
-        ErrorCode::FailedPrecondition,
-        ErrorCode::Aborted,
-        ErrorCode::ResourceExhausted,
-        ErrorCode::Unavailable,
-        ErrorCode::Unimplemented,
-        ErrorCode::Internal,
-        ErrorCode::DataLoss,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidArgument => "invalid-argument",
-            ErrorCode::NotFound => "not-found",
-            ErrorCode::AlreadyExists => "already-exists",
-            ErrorCode::PermissionDenied => "permission-denied",
-            ErrorCode::Unauthenticated => "unauthenticated",
-            ErrorCode::FailedPrecondition => "failed-precondition",
-            ErrorCode::Aborted => "aborted",
-            ErrorCode::ResourceExhausted => "resource-exhausted",
-            ErrorCode::Unavailable => "unavailable",
-            ErrorCode::Unimplemented => "unimplemented",
-            ErrorCode::Internal => "internal",
-            ErrorCode::DataLoss => "data-loss",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<ErrorCode> {
-        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
-    }
 }

@@ -5,6 +5,7 @@
 
 use super::model::{Cursor, FieldFilter, Filter, LimitType, Operator, Query, Source};
 use super::normalize::{dnf, normalized_order, MAX_DISJUNCTIONS};
+use crate::error::ErrorCode;
 use crate::index::config::CompositeIndexSpec;
 use crate::path::{CollectionPath, DocumentName};
 use crate::value::Value;
@@ -33,13 +34,13 @@ pub enum QueryError {
 }
 
 impl QueryError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            QueryError::InvalidArgument(_) => "invalid-argument",
-            QueryError::Unimplemented(_) => "unimplemented",
-            QueryError::MissingIndex { .. } => "failed-precondition",
-            QueryError::Storage(_) => "unavailable",
-            QueryError::Corrupt(_) => "data-loss",
+            QueryError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            QueryError::Unimplemented(_) => ErrorCode::Unimplemented,
+            QueryError::MissingIndex { .. } => ErrorCode::FailedPrecondition,
+            QueryError::Storage(_) => ErrorCode::Unavailable,
+            QueryError::Corrupt(_) => ErrorCode::DataLoss,
         }
     }
 }

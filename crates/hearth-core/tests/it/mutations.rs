@@ -3,6 +3,7 @@
 //! property tests against naive models.
 
 use hearth_core::document::{Document, DocumentError};
+use hearth_core::error::ErrorCode;
 use hearth_core::mutation::{
     ApplyContext, FieldTransform, Mutation, MutationError, Precondition, SetMerge,
 };
@@ -165,7 +166,7 @@ fn set_merge_fields_copies_only_listed_paths() {
     // A listed path that is neither in the data nor a sentinel is refused.
     let m = Mutation::set_merge(name(), Map::new(), SetMerge::MergeFields(vec![fp("n")]));
     let err = apply(&m, Some(&base())).unwrap_err();
-    assert_eq!(err.code(), "invalid-argument");
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
     assert_eq!(
         err.to_string(),
         "invalid write to document `users/alice`: field `n` is listed in merge fields but missing from the data"
@@ -260,7 +261,7 @@ fn preconditions_are_checked_first() {
         Ok(expect(map(&[("a", I(1))]), 2, 9))
     );
     let err = apply(&at(4), Some(&base())).unwrap_err();
-    assert_eq!(err.code(), "failed-precondition");
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
     assert_eq!(
         err.to_string(),
         "document `users/alice` has update version 5, but the write requires update version 4"
@@ -409,7 +410,10 @@ fn results_are_checked_against_document_limits() {
         "document `users/alice` would be invalid after the write: field `a` holds an array directly inside an array, which is not allowed"
     );
     let m = Mutation::set(name(), map(&[("", I(1))]));
-    assert_eq!(apply(&m, None).unwrap_err().code(), "invalid-argument");
+    assert_eq!(
+        apply(&m, None).unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
 }
 
 #[test]

@@ -19,6 +19,7 @@ mod reference;
 
 use hearth_core::document::Document;
 use hearth_core::encoding::key::Direction::{Ascending, Descending};
+use hearth_core::error::ErrorCode;
 use hearth_core::index::config::{FieldMode, IndexFile, QueryScope};
 use hearth_core::kv::block_on_ready;
 use hearth_core::path::{CollectionPath, FieldPath};
@@ -369,7 +370,7 @@ fn rejection(q: &Query) -> QueryError {
 
 fn invalid(q: Query) {
     let err = rejection(&q);
-    assert_eq!(err.code(), "invalid-argument", "{err} for {q:?}");
+    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err} for {q:?}");
 }
 
 #[test]
@@ -461,7 +462,7 @@ fn firestore_rejections_are_rejected() {
     invalid(q().order_by("a", Ascending).limit_to_last(0));
     // limitToLast needs an orderBy.
     let err = rejection(&q().limit_to_last(1));
-    assert_eq!(err.code(), "unimplemented", "{err}");
+    assert_eq!(err.code(), ErrorCode::Unimplemented, "{err}");
     // Invalid field paths never make it into a query.
     for bad in ["a..b", ".a", "a.", ""] {
         assert!(FieldPath::parse(bad).is_err(), "{bad}");

@@ -4,6 +4,7 @@
 use hearth_core::autoid::auto_id_from;
 use hearth_core::document::Document;
 use hearth_core::encoding::key::Direction::Descending;
+use hearth_core::error::ErrorCode;
 use hearth_core::index::config::parse_index_file;
 use hearth_core::index::def::IndexCatalog;
 use hearth_core::kv::{block_on_ready, MemStore};
@@ -143,7 +144,7 @@ fn without_the_composite_index_the_error_names_it() {
     let QueryError::MissingIndex { message, index } = &err else {
         panic!("expected a missing index, got {err:?}");
     };
-    assert_eq!(err.code(), "failed-precondition");
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
     let entry = index.to_json_entry();
     assert!(message.contains(&entry), "{message}");
     // The suggested entry is ready to paste: it parses, and with it the query runs.
