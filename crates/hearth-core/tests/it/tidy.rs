@@ -194,3 +194,87 @@ fn no_source_file_is_over_the_line_limit() {
         long.join(", ")
     );
 }
+
+/// The fields of `pub struct`s in a source text that have no `///` doc comment, as
+/// `Struct.field` (attributes between the comment and the field are allowed).
+fn undocumented_fields(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut missing = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_start();
+        let Some(rest) = line.strip_prefix("pub struct ") else {
+            i += 1;
+            continue;
+        };
+        if !line.trim_end().ends_with('{') {
+            i += 1;
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let mut depth = 1i32;
+        i += 1;
+        while i < lines.len() && depth > 0 {
+            let field = lines[i].trim_start();
+            if depth == 1 {
+                let bare = field
+                    .strip_prefix("pub(crate) ")
+                    .or_else(|| field.strip_prefix("pub(super) "))
+                    .or_else(|| field.strip_prefix("pub "))
+                    .unwrap_or(field);
+                let ident: String = bare
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                let is_field = !ident.is_empty()
+                    && ident.starts_with(|c: char| c.is_lowercase() || c == '_')
+                    && bare[ident.len()..].trim_start().starts_with(':')
+                    && !bare[ident.len()..].trim_start().starts_with("::");
+                if is_field {
+                    let mut j = i - 1;
+                    while lines[j].trim_start().starts_with("#[") {
+                        j -= 1;
+                    }
+                    if !lines[j].trim_start().starts_with("///") {
+                        missing.push(format!("{name}.{ident}"));
+                    }
+                }
+            }
+            depth += field.matches('{').count() as i32 - field.matches('}').count() as i32;
+            i += 1;
+        }
+    }
+    missing
+}
+
+/// Every field of the core's, the relay's and the native client's public structs says why
+/// it exists (mini-redis documents every one).
+#[test]
+fn public_struct_fields_are_documented() {
+    let root = workspace_root();
+    let mut missing = Vec::new();
+    for krate in ["hearth-core", "hearth-relay", "hearth-client"] {
+        let mut files = Vec::new();
+        rust_files(&root.join("crates").join(krate).join("src"), &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for field in undocumented_fields(&text) {
+                missing.push(format!("{}: {field}", f.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "fields without a doc comment:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_field_doc_check_sees_fields() {
+    let text = "pub struct A {\n    /// Why.\n    pub x: u32,\n    #[allow(dead_code)]\n    y: Vec<u8>,\n    z: std::collections::HashMap<u8, u8>,\n}\n";
+    assert_eq!(undocumented_fields(text), ["A.y", "A.z"]);
+}
