@@ -41,7 +41,9 @@ const MAX_ROUND: usize = 4096;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct WriteError {
+    /// The wire code the client sees (`aborted`, `failed-precondition`, ...).
     pub code: ErrorCode,
+    /// What went wrong, in words, for the client's error.
     pub message: String,
 }
 
@@ -62,18 +64,27 @@ impl From<MutationError> for WriteError {
 
 /// One batch waiting to commit.
 pub struct WriteRequest {
+    /// The submitting client's id: with `batch_id`, the key of the idempotency record.
     pub client_id: String,
+    /// The client's id for the batch: a retry under the same id is applied once.
     pub batch_id: u64,
+    /// The writes, applied together or not at all.
     pub mutations: Vec<Mutation>,
+    /// A transaction's reads (each document's `update_version` as read, `None`: absent),
+    /// revalidated at commit; any change aborts the batch.
     pub reads: Vec<(DocumentName, Option<u64>)>,
+    /// Receives the commit version once the batch is durable, or why it did not commit.
     pub reply: oneshot::Sender<Result<u64, WriteError>>,
+    /// When the batch was queued.
     pub enqueued: Instant,
 }
 
 /// The committed changes of one version, for the fan-out.
 #[derive(Clone, Debug)]
 pub struct Committed {
+    /// The database the version belongs to.
     pub database: String,
+    /// The commit version: one per committed batch, consecutive within a database.
     pub version: u64,
     /// Each changed document's new state (`None`: deleted).
     pub changes: Vec<(DocumentName, Option<Document>)>,
@@ -83,29 +94,39 @@ pub struct Committed {
 pub type Job = Box<dyn FnOnce(&Store) + Send>;
 
 struct Queues {
+    /// Each database's batches waiting to commit, in arrival order.
     by_db: HashMap<String, VecDeque<WriteRequest>>,
     /// Round-robin order of databases.
     order: Vec<String>,
+    /// Where in `order` the next round starts, so every database gets to go first.
     next: usize,
+    /// Work to run between rounds (index backfills).
     jobs: VecDeque<Job>,
+    /// Set by `stop`: no more batches are taken, and the thread ends once drained.
     stopping: bool,
 }
 
 /// Per-database state the committer needs.
-pub struct DbState {
-    pub catalog: IndexCatalog,
-    pub version: u64,
+struct DbState {
+    /// The indexes a commit maintains; a created index joins once it is backfilled.
+    catalog: IndexCatalog,
+    /// The database's last commit version; the next batch gets the one after it.
+    version: u64,
     /// Latest commit time handed out, so commit times never go backwards.
-    pub last_micros: i64,
+    last_micros: i64,
 }
 
 /// Handle to the committer thread.
 pub struct Committer {
+    /// The batches and jobs waiting for the thread; producers and the thread share them.
     queues: Mutex<Queues>,
+    /// Wakes the thread when a batch or job arrives, or on stop.
     wake: Condvar,
     /// In-flight cap per database.
     cap: usize,
-    pub dbs: Mutex<HashMap<String, DbState>>,
+    /// Each registered database's versions and indexes; only the committer thread (its
+    /// rounds and jobs) changes them once the database is registered.
+    dbs: Mutex<HashMap<String, DbState>>,
 }
 
 /// Observers of the committer: metrics and fan-out.
@@ -157,6 +178,14 @@ impl Committer {
             .jobs
             .push_back(job);
         self.wake.notify_one();
+    }
+
+    /// Makes the commits of database `db` maintain `catalog` from the next round on: a
+    /// job calls it once the new index's entries are backfilled.
+    pub fn set_catalog(&self, db: &str, catalog: IndexCatalog) {
+        if let Some(s) = self.dbs.lock().expect("committer db lock").get_mut(db) {
+            s.catalog = catalog;
+        }
     }
 
     /// Finishes queued batches, then stops the thread.

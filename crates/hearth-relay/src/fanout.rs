@@ -29,12 +29,17 @@ use hearth_core::query::model::Query;
 use hearth_core::query::validate::QueryError;
 use hearth_core::query::view::{ChangeType, DocChange, View};
 
+/// One listening target of a group.
 struct Subscriber {
+    /// The client's id for the target: the frames it gets carry it.
     target_id: u32,
+    /// The target's connection, where its frames are written.
     out: Outbound,
 }
 
+/// The listeners of one query (identical queries of a database share it).
 struct Group {
+    /// The query's current result, changed one committed document at a time.
     view: View,
     /// The version the view reflects.
     version: u64,
@@ -44,7 +49,9 @@ struct Group {
 
 /// Where a target's subscription is: its group and its index in the group's subscribers.
 struct Slot {
+    /// The group's key: the encoded query.
     key: Arc<[u8]>,
+    /// The target's index in the group's `subscribers`.
     index: usize,
 }
 
@@ -60,7 +67,9 @@ const CATCH_UP: usize = 4;
 
 #[derive(Default)]
 struct Inner {
+    /// Every live query of the database, by encoded query.
     groups: HashMap<Arc<[u8]>, Group>,
+    /// Where each (connection, target id) is subscribed, so unlisten is O(1).
     by_target: HashMap<(u64, u32), Slot>,
     /// The targets of each connection, so closing one is O(its targets).
     by_conn: HashMap<u64, Vec<u32>>,
@@ -78,10 +87,10 @@ impl Inner {
         };
         if let Some(g) = self.groups.get_mut(&slot.key[..]) {
             let removed = g.subscribers.swap_remove(slot.index);
-            debug_assert!(removed.out.conn == conn && removed.target_id == target_id);
+            debug_assert!(removed.out.conn() == conn && removed.target_id == target_id);
             removed.out.targets().fetch_sub(1, Ordering::Relaxed);
             if let Some(moved) = g.subscribers.get(slot.index) {
-                if let Some(m) = self.by_target.get_mut(&(moved.out.conn, moved.target_id)) {
+                if let Some(m) = self.by_target.get_mut(&(moved.out.conn(), moved.target_id)) {
                     m.index = slot.index;
                 }
             }
@@ -103,9 +112,12 @@ impl Inner {
 
 /// The fan-out of one database.
 pub struct Fanout {
+    /// The groups and subscriptions; its lock is the fan-out lock, under which every frame
+    /// of a listen is written, so frames follow commit order.
     inner: Mutex<Inner>,
-    /// Latest version whose changes have been fanned out (heartbeats carry it).
-    pub published: AtomicU64,
+    /// Latest version whose changes have been fanned out (heartbeats carry it); only
+    /// `publish` advances it, after the round's frames are written.
+    published: AtomicU64,
     /// Subscribers of one group from which its writes are split across threads, and the
     /// most threads.
     split: (usize, usize),
@@ -209,7 +221,9 @@ struct Round<'a> {
     template: &'a [u8],
     /// The round's last part: a connection's `Snapshot` follows it.
     last_part: bool,
+    /// The round's `Snapshot` frame, shared by every connection owed it.
     snapshot: &'a Bytes,
+    /// The round's version: a connection is owed one `Snapshot` per version.
     version: u64,
 }
 
@@ -268,6 +282,7 @@ pub enum Start {
 }
 
 impl Fanout {
+    /// The fan-out of a database whose last commit is `version`.
     pub fn new(version: u64) -> Fanout {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Fanout {
@@ -275,6 +290,12 @@ impl Fanout {
             published: AtomicU64::new(version),
             split: (PARALLEL_FROM, cores.min(8)),
         }
+    }
+
+    /// Latest version whose changes have been fanned out: every listener's frames up to it
+    /// are written.
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Acquire)
     }
 
     /// Number of targets listening.
@@ -296,7 +317,7 @@ impl Fanout {
         encode_query(&query, &mut encoded);
         let mut guard = self.inner.lock().expect("fanout lock");
         let inner = &mut *guard;
-        if inner.by_target.contains_key(&(out.conn, target_id)) {
+        if inner.by_target.contains_key(&(out.conn(), target_id)) {
             return Err(QueryError::InvalidArgument(format!(
                 "target {target_id} is already listening on this connection"
             )));
@@ -352,8 +373,8 @@ impl Fanout {
         let version = group.version;
         inner
             .by_target
-            .insert((out.conn, target_id), Slot { key, index });
-        inner.by_conn.entry(out.conn).or_default().push(target_id);
+            .insert((out.conn(), target_id), Slot { key, index });
+        inner.by_conn.entry(out.conn()).or_default().push(target_id);
         out.targets().fetch_add(1, Ordering::Relaxed);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
@@ -384,7 +405,7 @@ impl Fanout {
             inner.unlisten(conn, *t);
         }
         if !inner.pending.is_empty() {
-            inner.pending.retain(|(o, _, _)| o.conn != conn);
+            inner.pending.retain(|(o, _, _)| o.conn() != conn);
         }
         targets.len()
     }
@@ -665,7 +686,7 @@ mod tests {
             vec![3],
             "the round asks for the commits up to the read"
         );
-        assert_eq!(fanout.published.load(Ordering::Acquire), 3);
+        assert_eq!(fanout.published(), 3);
         let version = next_snapshot(&mut reader, &mut client, &mut docs).await;
         assert_eq!(
             version, 3,

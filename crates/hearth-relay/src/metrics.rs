@@ -69,8 +69,11 @@ struct DatabaseSeries {
 
 /// A metric family labelled by database, rendered from [`DatabaseSeries`].
 struct DatabaseFamily {
+    /// The metric name.
     name: &'static str,
+    /// Its `# HELP` text.
     help: &'static str,
+    /// Its `# TYPE`: `counter` or `gauge`.
     kind: &'static str,
     /// Reads the value; `i128` holds both the signed gauges and the `u64` counters.
     get: fn(&DatabaseSeries) -> i128,
@@ -438,8 +441,11 @@ mod tests {
     /// One parsed sample line.
     #[derive(Debug)]
     struct Sample {
+        /// The metric name.
         name: String,
+        /// Its labels, in the order written.
         labels: Vec<(String, String)>,
+        /// The sample's value.
         value: f64,
     }
 

@@ -38,9 +38,13 @@ const MAX_IOV: usize = 64;
 
 /// One WebSocket frame (or raw bytes already framed), and how much of it is written.
 struct Entry {
+    /// The WebSocket frame header, kept beside the payload so one `writev` sends both.
     head: [u8; 10],
+    /// How many bytes of `head` are the header (0 for bytes already framed).
     head_len: u8,
+    /// The payload, shared with every other connection that gets the same frame.
     body: Bytes,
+    /// Bytes of header and payload already written to the socket.
     written: usize,
 }
 
@@ -107,7 +111,9 @@ impl Entry {
     }
 }
 
+/// What the connection's lock guards.
 struct State {
+    /// Frames the socket did not take yet, in order; the front one may be partly written.
     backlog: VecDeque<Entry>,
     /// Unwritten bytes in the backlog.
     bytes: usize,
@@ -115,17 +121,23 @@ struct State {
     closed: bool,
 }
 
+/// The state every clone of an [`Outbound`] shares.
 struct Shared {
+    /// The socket's write half; written only under the `state` lock.
     sock: OwnedWriteHalf,
+    /// The backlog and closed flag; holding it is holding the connection's write order.
     state: Mutex<State>,
     /// Wakes the flusher when the backlog gets its first entry.
     backlogged: tokio::sync::Notify,
+    /// The backlog passed `max_bytes`: the connection is a slow consumer, and takes no more
+    /// frames (read without the lock on every write).
     overflowed: AtomicBool,
     /// Fires once when the connection overflows, so a flusher waiting on a stalled socket
     /// and a reader waiting for frames both stop.
     overflow_signal: tokio::sync::watch::Sender<bool>,
     /// Fires once when a write to the socket fails.
     failed: tokio::sync::watch::Sender<bool>,
+    /// The backlog bound (`--max-outbound-bytes`).
     max_bytes: usize,
     /// Whether anything was written since the heartbeat last looked.
     wrote: AtomicBool,
@@ -134,13 +146,16 @@ struct Shared {
     /// The last version published to this connection's targets in a fan-out round (only
     /// under the fan-out lock): marks it as owed a `Snapshot` once per round.
     round: AtomicU64,
+    /// Counts the bytes waiting in the backlog and the slow consumers.
     metrics: Arc<Metrics>,
 }
 
 /// A connection's outbound side; clones share it (one reference count).
 #[derive(Clone)]
 pub struct Outbound {
-    pub conn: u64,
+    /// The connection's id: the fan-out keys the connection's targets by it.
+    conn: u64,
+    /// The socket and its backlog, shared by every clone.
     shared: Arc<Shared>,
 }
 
@@ -173,6 +188,11 @@ impl Outbound {
                 metrics,
             }),
         }
+    }
+
+    /// The connection's id.
+    pub fn conn(&self) -> u64 {
+        self.conn
     }
 
     /// Writes entries in order: in place when nothing waits before them, the rest into the
@@ -418,7 +438,9 @@ impl Drop for Shared {
 /// (pong and close replies) go through the connection's [`Outbound`], in order with
 /// everything else.
 pub struct WsIo {
+    /// The socket's read half, where the client's frames arrive.
     pub read: OwnedReadHalf,
+    /// The same connection's outbound side, which the reader's replies go through.
     pub out: Outbound,
 }
 
@@ -481,6 +503,7 @@ pub(crate) mod testing {
     /// Reads WebSocket frames from the client's side of the socket.
     #[derive(Default)]
     pub(crate) struct FrameReader {
+        /// Bytes read from the socket and not yet returned as a frame.
         buf: Vec<u8>,
     }
 

@@ -39,15 +39,25 @@ pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// The data directory could not be created.
     #[error("cannot open the data directory {path}: {source}")]
     Open {
+        /// The directory, as given.
         path: String,
+        /// Why it could not be created.
         source: std::io::Error,
     },
+    /// redb failed (I/O, a full disk, a corrupt file).
     #[error("storage error: {0}")]
     Redb(String),
+    /// A stored record does not decode.
     #[error("corrupt data in database `{db}`: {what}")]
-    Corrupt { db: String, what: String },
+    Corrupt {
+        /// The database the record belongs to.
+        db: String,
+        /// Which record, and what is wrong with it.
+        what: String,
+    },
 }
 
 macro_rules! redb_err {
@@ -86,6 +96,7 @@ pub fn valid_database_name(name: &str) -> bool {
 
 /// The open store.
 pub struct Store {
+    /// The redb file; the committer opens its write transactions directly.
     pub(crate) db: redb::Database,
 }
 
@@ -269,9 +280,13 @@ pub(crate) fn read_u64(b: &[u8]) -> u64 {
 
 /// A read transaction over all tables.
 pub struct Snapshot {
+    /// Documents by database and name.
     documents: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// Index entries, read by the query executor's scans.
     index: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// Names changed per version, for listen resumption.
     changelog: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// Each database's version and index definitions.
     meta: redb::ReadOnlyTable<&'static str, &'static [u8]>,
 }
 
@@ -288,8 +303,11 @@ impl Snapshot {
 
 /// One database inside a snapshot; implements the core's [`KvRead`].
 pub struct DatabaseView<'a> {
+    /// The read transaction the view reads from.
     snap: &'a Snapshot,
+    /// The database's key prefix (`db_prefix`), put before every key the core asks for.
     prefix: Vec<u8>,
+    /// The database's name, for its `meta` records and for errors.
     name: String,
 }
 

@@ -1,0 +1,55 @@
+//! The relay's configuration: what `hearth-relay serve` reads from its command line, with
+//! the defaults that tests and the benchmark start from.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hearth_core::index::config::IndexFile;
+
+/// Everything the relay is configured with. The fields are public settings: the binary
+/// fills them from its flags, and the relay reads them, unchanged, for its whole life.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Directory of the embedded store.
+    pub data_dir: PathBuf,
+    /// Index definitions every database uses.
+    pub indexes: IndexFile,
+    /// Create a missing composite index on first use instead of refusing the query.
+    pub auto_index: bool,
+    /// Idle connections get a heartbeat this often.
+    pub heartbeat: Duration,
+    /// How long committed changes stay in the changelog (the resume window).
+    pub changelog_retention: Duration,
+    /// Most write batches queued per database before new ones are refused.
+    pub max_inflight_writes: usize,
+    /// Most bytes queued to one connection before it is dropped as a slow consumer.
+    pub max_outbound_bytes: usize,
+    /// Most concurrent connections.
+    pub max_connections: usize,
+    /// A directory served over plain HTTP at `/` (the demo app and the built package).
+    pub static_dir: Option<PathBuf>,
+    /// The only databases served (created at start when missing); `None`: any valid name,
+    /// created on its first connection, up to `max_databases`.
+    pub databases: Option<Vec<String>>,
+    /// Most databases this relay holds when they are created on first use.
+    pub max_databases: usize,
+}
+
+impl Config {
+    /// Defaults for `data_dir` (tests and the benchmark start from these).
+    pub fn new(data_dir: PathBuf) -> Config {
+        Config {
+            data_dir,
+            indexes: IndexFile::default(),
+            auto_index: false,
+            heartbeat: Duration::from_secs(5),
+            changelog_retention: Duration::from_secs(3600),
+            max_inflight_writes: 10_000,
+            max_outbound_bytes: 32 << 20,
+            max_connections: 19_000,
+            static_dir: None,
+            databases: None,
+            max_databases: 1000,
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The relay's HTTP routes (`/healthz`, `/metrics`, `/v1/ws`, and the `--static-dir` files
+//! of the demo) and the WebSocket handshake, which hands the upgraded connection's bare TCP
+//! socket to a [`Connection`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Semaphore};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+use super::Connection;
+use crate::state::Relay;
+
+/// What every route handler gets.
+#[derive(Clone)]
+struct AppState {
+    /// The relay the routes serve.
+    relay: Arc<Relay>,
+    /// Becomes true on shutdown: `/healthz` turns unavailable and connections drain.
+    stop: watch::Receiver<bool>,
+    /// One permit per open WebSocket connection (`--max-connections`).
+    slots: Arc<Semaphore>,
+}
+
+/// The relay's routes: `/healthz`, `/metrics`, `/v1/ws`. `slots` caps connections; when all
+/// its permits are back, every connection has finished.
+pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>, slots: Arc<Semaphore>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/ws", get(upgrade))
+        .fallback(get(static_file))
+        .with_state(AppState { relay, stop, slots })
+}
+
+/// Serves a file of `--static-dir` (the demo app and the built package), read-only; paths
+/// with `..` or hidden segments are refused.
+async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Response {
+    let Some(dir) = s.relay.config().static_dir.clone() else {
+        return (StatusCode::NOT_FOUND, "not found\n").into_response();
+    };
+    let path = uri.path().trim_start_matches('/');
+    if path
+        .split('/')
+        .any(|seg| seg == ".." || seg.starts_with('.'))
+    {
+        return (StatusCode::BAD_REQUEST, "bad path\n").into_response();
+    }
+    let mut file = dir.join(path);
+    if path.is_empty() || path.ends_with('/') {
+        file = file.join("index.html");
+    }
+    let content_type = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js" | "mjs") => "text/javascript",
+        Some("wasm") => "application/wasm",
+        Some("json") => "application/json",
+        Some("css") => "text/css",
+        Some("ts") => "text/plain",
+        _ => "application/octet-stream",
+    };
+    match tokio::task::spawn_blocking(move || std::fs::read(&file))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    {
+        Ok(body) => (
+            [
+                ("content-type", content_type),
+                ("cache-control", "no-cache"),
+            ],
+            body,
+        )
+            .into_response(),
+        Err(_) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+    }
+}
+
+async fn healthz(State(s): State<AppState>) -> Response {
+    if s.relay.is_ready() && !*s.stop.borrow() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        s.relay.metrics().render(),
+    )
+        .into_response()
+}
+
+/// Whether a header lists `token` (comma-separated, any case).
+fn header_has(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    })
+}
+
+/// The WebSocket handshake (RFC 6455 §4.2). The upgraded connection is served on the bare
+/// TCP socket: its frames are written in place ([`crate::outbound::Outbound`]), and a
+/// WebSocket reader decodes what the client sends.
+async fn upgrade(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: Request,
+) -> Response {
+    let h = req.headers();
+    if req.method() != Method::GET
+        || !header_has(h, header::CONNECTION, "upgrade")
+        || !header_has(h, header::UPGRADE, "websocket")
+    {
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            [(header::UPGRADE, "websocket")],
+            "this endpoint speaks WebSocket only\n",
+        )
+            .into_response();
+    }
+    if h.get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            [(header::SEC_WEBSOCKET_VERSION, "13")],
+            "WebSocket version 13 is required\n",
+        )
+            .into_response();
+    }
+    let Some(key) = h.get(header::SEC_WEBSOCKET_KEY) else {
+        return (StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is missing\n").into_response();
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "this connection cannot be upgraded\n",
+        )
+            .into_response();
+    };
+    let Ok(permit) = s.slots.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
+    };
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "WebSocket upgrade failed");
+                return;
+            }
+        };
+        let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+            tracing::error!(%peer, "an upgraded connection is not a TCP stream");
+            return;
+        };
+        let relay = s.relay.clone();
+        relay.metrics().connection_opened();
+        let tcp = parts.io.into_inner();
+        Connection::serve(relay.clone(), tcp, parts.read_buf, s.stop.clone(), peer).await;
+        relay.metrics().connection_closed();
+        drop(permit);
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

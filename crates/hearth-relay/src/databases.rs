@@ -1,0 +1,187 @@
+//! Database policy: which databases (tenants) the relay holds, and when one is created.
+//!
+//! With `--databases`, the relay serves exactly the listed ones, all created at start; a
+//! client naming another is refused. Without it, a client's first connection to a new
+//! (valid) name creates that database, up to `--max-databases`. A database, once held, stays
+//! for the relay's life.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+use crate::commit::{register_database, Committer};
+use crate::config::Config;
+use crate::fanout::Fanout;
+use crate::indexes::backfill_changed;
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+use hearth_core::index::def::IndexCatalog;
+
+/// One database (tenant).
+pub struct Database {
+    /// The database's name: its key prefix in every table of the store, its queue in the
+    /// committer and its label in the metrics.
+    name: String,
+    /// Its listened queries, kept current by its commits.
+    fanout: Fanout,
+    /// The index definitions its queries are planned with. It only grows (an
+    /// `--auto-index` creation), and only once the committer maintains the new index and
+    /// its entries are backfilled, so a plan never reads an index that is incomplete.
+    catalog: RwLock<IndexCatalog>,
+}
+
+impl Database {
+    /// A database at commit `version`, planning with `catalog`.
+    fn new(name: String, version: u64, catalog: IndexCatalog) -> Database {
+        Database {
+            name,
+            fanout: Fanout::new(version),
+            catalog: RwLock::new(catalog),
+        }
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The fan-out of its listened queries.
+    pub fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+
+    /// The index definitions its queries are planned with (read-locked: clone what must
+    /// outlive the statement).
+    pub fn catalog(&self) -> RwLockReadGuard<'_, IndexCatalog> {
+        self.catalog.read().expect("catalog lock")
+    }
+
+    /// Replaces the catalog with `new`, which holds a newly backfilled index, unless a
+    /// concurrent creation already installed one with as many composites.
+    pub(crate) fn extend_catalog(&self, new: IndexCatalog) {
+        let mut cat = self.catalog.write().expect("catalog lock");
+        if cat.composites().len() < new.composites().len() {
+            *cat = new;
+        }
+    }
+}
+
+/// Why a connection cannot use a database.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    /// `--databases` lists the databases served, and this is not one of them.
+    #[error("database `{name}` is not served by this relay (it serves: {served})")]
+    NotServed {
+        /// The database the client asked for.
+        name: String,
+        /// The databases served, comma-separated.
+        served: String,
+    },
+    /// Creating this database would pass `--max-databases`.
+    #[error("database `{name}` does not exist, and this relay already holds its maximum of {max} databases (--max-databases)")]
+    TooMany {
+        /// The database the client asked for.
+        name: String,
+        /// The `--max-databases` limit.
+        max: usize,
+    },
+    /// The store could not register the new database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The databases the relay holds.
+pub(crate) struct Databases {
+    /// Every database held, by name. The lock also makes the limit check and the creation
+    /// of a database one step, so two connections never create the same one twice.
+    held: Mutex<HashMap<String, Arc<Database>>>,
+}
+
+impl Databases {
+    /// Opens every database in the store, backfilling those whose index definitions
+    /// changed since they were built, registers each with the committer, and creates the
+    /// listed databases (`--databases`) that are missing.
+    pub(crate) fn open(
+        store: &Store,
+        committer: &Committer,
+        config: &Config,
+        metrics: &Metrics,
+    ) -> Result<Databases, StoreError> {
+        let databases = Databases {
+            held: Mutex::new(HashMap::new()),
+        };
+        let base = IndexCatalog::from_file(&config.indexes);
+        for (name, version) in store.databases()? {
+            backfill_changed(store, metrics, &name, &base)?;
+            register_database(store, committer, &name, base.clone(), version)?;
+            databases.lock().insert(
+                name.clone(),
+                Arc::new(Database::new(name, version, base.clone())),
+            );
+        }
+        if let Some(names) = &config.databases {
+            let mut dbs = databases.lock();
+            for name in names {
+                if !dbs.contains_key(name) {
+                    create(store, committer, config, &mut dbs, name)?;
+                }
+            }
+        }
+        Ok(databases)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Database>>> {
+        self.held.lock().expect("databases lock")
+    }
+
+    /// The database `name` if the relay holds it.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Database>> {
+        self.lock().get(name).cloned()
+    }
+
+    /// The database `name` for a connection: one the relay holds, or a new one when the
+    /// configuration lets clients create databases (no `--databases` list, fewer than
+    /// `--max-databases`).
+    pub(crate) fn get_or_create(
+        &self,
+        name: &str,
+        store: &Store,
+        committer: &Committer,
+        config: &Config,
+    ) -> Result<Arc<Database>, DatabaseError> {
+        let mut dbs = self.lock();
+        if let Some(db) = dbs.get(name) {
+            return Ok(db.clone());
+        }
+        // Listed databases were all created at start.
+        if let Some(allowed) = &config.databases {
+            return Err(DatabaseError::NotServed {
+                name: name.to_owned(),
+                served: allowed.join(", "),
+            });
+        }
+        if dbs.len() >= config.max_databases {
+            return Err(DatabaseError::TooMany {
+                name: name.to_owned(),
+                max: config.max_databases,
+            });
+        }
+        create(store, committer, config, &mut dbs, name).map_err(DatabaseError::Store)
+    }
+}
+
+/// Creates database `name` (empty, at version 0, with the configured indexes) and adds it
+/// to `dbs`.
+fn create(
+    store: &Store,
+    committer: &Committer,
+    config: &Config,
+    dbs: &mut HashMap<String, Arc<Database>>,
+    name: &str,
+) -> Result<Arc<Database>, StoreError> {
+    let catalog = IndexCatalog::from_file(&config.indexes);
+    register_database(store, committer, name, catalog.clone(), 0)?;
+    let db = Arc::new(Database::new(name.to_owned(), 0, catalog));
+    dbs.insert(name.to_owned(), db.clone());
+    tracing::info!(database = %name, "database created");
+    Ok(db)
+}

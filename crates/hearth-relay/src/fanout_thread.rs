@@ -1,0 +1,147 @@
+//! The fan-out thread: takes each round of commits from the committer, in commit order,
+//! and publishes it to the listeners of every database it touched.
+//!
+//! The fan-out has a thread of its own, one round at a time: it writes every listener's
+//! frames to its socket in place, which would hold up a runtime worker. A refill that read
+//! commits not yet published takes the later rounds' commits of its database in early (the
+//! catch-up); the rest of those rounds waits in a stash and is published next, in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use crate::commit::{CommitSink, Committed};
+use crate::state::Relay;
+use hearth_core::query::model::Query;
+
+/// One group commit's changes, and when it became durable.
+type Round = (Vec<Committed>, Instant);
+
+/// Rounds of commits on their way to the fan-out thread.
+pub(crate) type Rounds = Receiver<Round>;
+
+/// The committer's observer: counts commits in the metrics and hands each round to the
+/// fan-out thread.
+pub(crate) struct Sink {
+    /// The relay whose metrics count the commits; weak, so the committer thread does not
+    /// keep a stopped relay alive.
+    relay: Weak<Relay>,
+    /// Where rounds go to the fan-out thread, in commit order.
+    fanout_tx: Sender<Round>,
+}
+
+/// The committer's sink for `relay`, and the rounds it sends to the fan-out thread.
+pub(crate) fn channel(relay: Weak<Relay>) -> (Sink, Rounds) {
+    let (fanout_tx, fanout_rx) = std::sync::mpsc::channel::<Round>();
+    (Sink { relay, fanout_tx }, fanout_rx)
+}
+
+impl CommitSink for Sink {
+    fn committed(&self, round: Vec<Committed>, batches: usize, fsync: Duration) {
+        if let Some(relay) = self.relay.upgrade() {
+            relay
+                .metrics()
+                .group_commit(batches as u64, fsync.as_secs_f64());
+            let mut per_db: HashMap<&str, u64> = HashMap::new();
+            for c in &round {
+                *per_db.entry(&c.database).or_default() += 1;
+            }
+            for (db, n) in per_db {
+                relay.metrics().commits(db, n);
+            }
+        }
+        let _ = self.fanout_tx.send((round, Instant::now()));
+    }
+
+    fn queue_depth(&self, db: &str, depth: usize) {
+        if let Some(relay) = self.relay.upgrade() {
+            relay.metrics().queue_depth(db, depth as u64);
+        }
+    }
+}
+
+/// Starts the fan-out thread, which publishes `rounds` until the committer's sink is gone
+/// or the relay is.
+pub(crate) fn spawn(relay: Weak<Relay>, rounds: Rounds) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("hearth-fanout".into())
+        .spawn(move || {
+            // Rounds taken early by a catch-up (see `Fanout::publish`).
+            let mut stash = VecDeque::new();
+            loop {
+                let next = match stash.pop_front() {
+                    Some(r) => r,
+                    None => match rounds.recv() {
+                        Ok(r) => r,
+                        Err(_) => return,
+                    },
+                };
+                let Some(relay) = relay.upgrade() else { return };
+                fan_out(&relay, next, &rounds, &mut stash);
+            }
+        })?;
+    Ok(())
+}
+
+/// Publishes one round to the fan-out of each database it touched.
+fn fan_out(
+    relay: &Relay,
+    (round, committed_at): Round,
+    rounds: &Rounds,
+    stash: &mut VecDeque<Round>,
+) {
+    let mut by_db: Vec<(String, Vec<Committed>)> = Vec::new();
+    for c in round {
+        match by_db.iter_mut().find(|(d, _)| *d == c.database) {
+            Some((_, v)) => v.push(c),
+            None => by_db.push((c.database.clone(), vec![c])),
+        }
+    }
+    let mut frames = 0;
+    for (name, commits) in by_db {
+        let Some(db) = relay.database_if_open(&name) else {
+            continue;
+        };
+        let requery = |q: &Query| relay.query_latest(&db, q);
+        let mut more = |upto| take_commits(&name, upto, rounds, stash);
+        frames += db.fanout().publish(&commits, &requery, &mut more);
+    }
+    relay.metrics().frames_sent(frames as u64);
+    relay
+        .metrics()
+        .fanout_latency(committed_at.elapsed().as_secs_f64());
+}
+
+/// Takes database `db`'s commits out of the rounds after the current one (those stashed,
+/// then those arriving, waiting up to 200 ms for them: a round is sent as soon as it is
+/// committed, and the fan-out lock is held meanwhile), in order, until one at `upto` or
+/// later: the catch-up of a refill that read commits not yet published. What else those
+/// rounds hold stays stashed, in order, for the fan-out to publish next.
+fn take_commits(
+    db: &str,
+    upto: u64,
+    rounds: &Rounds,
+    stash: &mut VecDeque<Round>,
+) -> Vec<Committed> {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let mut out: Vec<Committed> = Vec::new();
+    let mut i = 0;
+    while out.last().is_none_or(|c| c.version < upto) {
+        if i == stash.len() {
+            match rounds.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(r) => stash.push_back(r),
+                Err(_) => break,
+            }
+        }
+        let round = &mut stash[i].0;
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(round)
+            .into_iter()
+            .partition(|c| c.database == db);
+        *round = rest;
+        out.extend(mine);
+        i += 1;
+    }
+    stash.retain(|(r, _)| !r.is_empty());
+    out
+}

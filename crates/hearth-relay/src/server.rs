@@ -1,0 +1,119 @@
+//! The accept loop: serves HTTP/1 connections (routes in [`crate::conn`]) until shutdown,
+//! then drains: stops accepting, lets in-flight commits finish and be acknowledged, and
+//! closes every socket cleanly.
+//!
+//! Each connection is served by hyper's HTTP/1 server directly (not `axum::serve`), so an
+//! upgraded WebSocket gets its bare TCP socket back ([`crate::outbound`] writes frames in
+//! place). A semaphore caps the WebSocket connections; when all its permits are back, every
+//! connection has finished.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::commit;
+use crate::conn;
+use crate::state::{Relay, RelayError};
+use crate::store::Store;
+
+/// How often changelog and batch records past the retention are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(30);
+
+/// Longest wait for open connections to finish on shutdown (HTTP, then WebSocket).
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Serves the relay on `listener` until `shutdown` resolves, then drains: stops accepting,
+/// lets in-flight commits finish and be acknowledged, and closes every socket cleanly.
+pub async fn run(
+    relay: Arc<Relay>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RelayError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let max = relay.config().max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max));
+    let app = conn::router(relay.clone(), stop_rx.clone(), slots.clone());
+    let addr: SocketAddr = listener.local_addr()?;
+    tracing::info!(%addr, "hearth-relay listening");
+    let prune_relay = relay.clone();
+    let pruner = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        loop {
+            tick.tick().await;
+            let r = prune_relay.clone();
+            let retention = r.config().changelog_retention;
+            r.committer().run_job(Box::new(move |store: &Store| {
+                if let Err(e) = commit::prune(store, retention) {
+                    tracing::warn!(error = %e, "changelog pruning failed");
+                }
+            }));
+        }
+    });
+    let mut http = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, say: wait for some to be freed.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // Small replies must not wait for the peer's delayed ACK (Nagle).
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+        let app = app.clone();
+        let mut stop = stop_rx.clone();
+        http.spawn(async move {
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                hyper::service::Service::call(&svc, req)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                .with_upgrades();
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                },
+                _ = async { stop.wait_for(|s| *s).await.is_ok() } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        while http.try_join_next().is_some() {}
+    }
+    // New connections are refused from here on.
+    drop(listener);
+    tracing::info!("shutting down: draining connections");
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(DRAIN_LIMIT, async {
+        while http.join_next().await.is_some() {}
+    })
+    .await;
+    pruner.abort();
+    // Upgraded WebSocket connections left the HTTP server: wait until each has answered its
+    // in-flight writes and closed (every connection permit is back), for at most 30 s.
+    let deadline = std::time::Instant::now() + DRAIN_LIMIT;
+    while slots.available_permits() < max && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = relay.clone();
+    tokio::task::spawn_blocking(move || r.stop()).await.ok();
+    tracing::info!("hearth-relay stopped");
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! The relay's shared state: the store, the committer, the databases, the metrics and the
+//! authenticator, started together and shared by every connection and thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::auth::Authenticator;
+use crate::commit::Committer;
+use crate::config::Config;
+use crate::databases::{Database, DatabaseError, Databases};
+use crate::fanout_thread;
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+use hearth_core::document::Document;
+use hearth_core::kv::block_on_ready;
+use hearth_core::query::execute::run_query;
+use hearth_core::query::model::Query;
+use hearth_core::query::validate::QueryError;
+
+/// The relay's shared state. Its parts are read through accessors: they are fixed when
+/// [`Relay::start`] returns, and what changes inside them does so through their own
+/// methods.
+pub struct Relay {
+    /// What the relay was started with.
+    config: Config,
+    /// The embedded store every read takes its snapshot of.
+    store: Arc<Store>,
+    /// The write path: every write batch and index backfill goes through its one thread,
+    /// the store's only writer once the relay has started.
+    committer: Arc<Committer>,
+    /// The process's metrics, shared with every connection and thread.
+    metrics: Arc<Metrics>,
+    /// Verifies the token of every `Hello` and `Auth`.
+    auth: Authenticator,
+    /// The databases held, and the policy for creating more.
+    databases: Databases,
+    /// The next connection id: unique for the process's life, it keys a connection's
+    /// targets in the fan-out.
+    next_conn: AtomicU64,
+    /// Set once the store is open and every database is backfilled.
+    ready: AtomicBool,
+    /// The committer thread, joined on stop so the process never exits mid-commit.
+    committer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Why the relay could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The store could not be opened, read or backfilled.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A thread could not start, or the listener failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Relay {
+    /// Opens the store, backfills indexes whose definitions changed, and starts the
+    /// committer and fan-out threads.
+    pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
+        let store = Arc::new(Store::open(&config.data_dir)?);
+        let committer = Committer::new(config.max_inflight_writes);
+        let metrics = Arc::new(Metrics::new());
+        let databases = Databases::open(&store, &committer, &config, &metrics)?;
+        let relay = Arc::new(Relay {
+            config,
+            store: store.clone(),
+            committer: committer.clone(),
+            metrics,
+            auth,
+            databases,
+            next_conn: AtomicU64::new(1),
+            ready: AtomicBool::new(false),
+            committer_thread: Mutex::new(None),
+        });
+        let (sink, rounds) = fanout_thread::channel(Arc::downgrade(&relay));
+        {
+            let committer = committer.clone();
+            let store = store.clone();
+            let handle = std::thread::Builder::new()
+                .name("hearth-committer".into())
+                .spawn(move || committer.run(&store, &sink))?;
+            *relay.committer_thread.lock().expect("thread lock") = Some(handle);
+        }
+        fanout_thread::spawn(Arc::downgrade(&relay), rounds)?;
+        relay.ready.store(true, Ordering::Release);
+        Ok(relay)
+    }
+
+    /// Stops the committer after it drains its queue, and waits for it.
+    pub fn stop(&self) {
+        self.committer.stop();
+        let handle = self.committer_thread.lock().expect("thread lock").take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    /// What the relay was started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The embedded store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The committer: where write batches and backfill jobs go.
+    pub fn committer(&self) -> &Arc<Committer> {
+        &self.committer
+    }
+
+    /// The process's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The token verifier.
+    pub fn auth(&self) -> &Authenticator {
+        &self.auth
+    }
+
+    /// Whether the store is open and every database backfilled (`/healthz`).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// A connection id no other connection of this process has.
+    pub fn next_connection_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The database `name` if the relay holds it (never creates one).
+    pub(crate) fn database_if_open(&self, name: &str) -> Option<Arc<Database>> {
+        self.databases.get(name)
+    }
+
+    /// The database `name` for a connection: one the relay holds, or a new one when the
+    /// configuration lets clients create databases (no `--databases` list, fewer than
+    /// `--max-databases`).
+    pub fn database(&self, name: &str) -> Result<Arc<Database>, DatabaseError> {
+        self.databases
+            .get_or_create(name, &self.store, &self.committer, &self.config)
+    }
+
+    /// Runs a query on the latest committed state: (documents, version).
+    pub fn query_latest(
+        &self,
+        db: &Database,
+        q: &Query,
+    ) -> Result<(Vec<Document>, u64), QueryError> {
+        let snap = self
+            .store
+            .snapshot()
+            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
+        let view = snap.database(db.name());
+        let version = view
+            .version()
+            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
+        let catalog = db.catalog().clone();
+        let docs = block_on_ready(run_query(&view, &catalog, q))?;
+        Ok((docs, version))
+    }
+}
