@@ -60,6 +60,7 @@
 //! All lengths and counts are written as 64-bit varints and read back with checked
 //! conversions, since `usize` is 32 bits on wasm32.
 
+use super::varint::{self, len as varint_len, put as put_varint, unzigzag, zigzag, VarintError};
 use crate::document::{validate_fields, Document, DocumentError, MAX_DOCUMENT_BYTES};
 use crate::path::{DocumentName, PathError, MAX_PATH_SEGMENTS};
 use crate::value::{GeoPoint, Map, Timestamp, Value};
@@ -140,27 +141,6 @@ pub enum DecodeError {
 }
 
 // ---- Encoding ----
-
-fn put_varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn varint_len(v: u64) -> usize {
-    let bits = 64 - (v | 1).leading_zeros() as usize;
-    bits.div_ceil(7)
-}
-
-fn zigzag(i: i64) -> u64 {
-    ((i << 1) ^ (i >> 63)) as u64
-}
-
-fn unzigzag(u: u64) -> i64 {
-    ((u >> 1) as i64) ^ -((u & 1) as i64)
-}
 
 fn put_bytes(b: &[u8], out: &mut Vec<u8>) {
     put_varint(b.len() as u64, out);
@@ -373,23 +353,16 @@ impl<'a> Reader<'a> {
 
     fn varint(&mut self) -> Result<u64, DecodeError> {
         let offset = self.pos;
-        let mut v = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.byte()?;
-            // The tenth byte holds bit 63 only; anything more overflows 64 bits.
-            if shift == 63 && b > 1 {
-                return Err(DecodeError::BadVarint { offset });
+        match varint::read(self.bytes.get(self.pos..).unwrap_or_default()) {
+            Ok((v, used)) => {
+                self.pos += used;
+                Ok(v)
             }
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                // A final zero group after the first byte adds nothing: an overlong form.
-                if b == 0 && shift > 0 {
-                    return Err(DecodeError::BadVarint { offset });
-                }
-                return Ok(v);
-            }
-            shift += 7;
+            // A varint cut short runs to the end of the input: more bytes are needed there.
+            Err(VarintError::Truncated) => Err(DecodeError::Truncated {
+                offset: self.bytes.len(),
+            }),
+            Err(VarintError::Malformed) => Err(DecodeError::BadVarint { offset }),
         }
     }
 

@@ -90,6 +90,7 @@ use crate::encoding::document::{
     DecodeError,
 };
 use crate::encoding::key::Direction;
+use crate::encoding::varint::{self, put as put_varint, unzigzag, zigzag, VarintError};
 use crate::index::config::{parse_index_file, IndexFileError};
 use crate::mutation::{FieldTransform, Mutation, MutationKind, Precondition, SetMerge};
 use crate::path::{CollectionPath, DocumentName, FieldPath, PathError};
@@ -487,22 +488,6 @@ pub fn encode_mutation(m: &Mutation, out: &mut Vec<u8>) {
     put_list(&m.field_deletes_in_merge, out, put_field_path);
 }
 
-fn put_varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zigzag(i: i64) -> u64 {
-    ((i << 1) ^ (i >> 63)) as u64
-}
-
-fn unzigzag(u: u64) -> i64 {
-    ((u >> 1) as i64) ^ -((u & 1) as i64)
-}
-
 fn put_str(s: &str, out: &mut Vec<u8>) {
     put_varint(s.len() as u64, out);
     out.extend_from_slice(s.as_bytes());
@@ -779,7 +764,7 @@ impl<'a> Reader<'a> {
     }
 
     fn rest(&self) -> &'a [u8] {
-        &self.bytes[self.pos..]
+        self.bytes.get(self.pos..).unwrap_or_default()
     }
 
     fn byte(&mut self) -> Result<u8> {
@@ -817,23 +802,16 @@ impl<'a> Reader<'a> {
 
     fn varint(&mut self) -> Result<u64> {
         let offset = self.pos;
-        let mut v = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.byte()?;
-            // The tenth byte holds bit 63 only; anything more overflows 64 bits.
-            if shift == 63 && b > 1 {
-                return Err(ProtocolError::BadVarint { offset });
+        match varint::read(self.rest()) {
+            Ok((v, used)) => {
+                self.pos += used;
+                Ok(v)
             }
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                // A final zero group after the first byte adds nothing: an overlong form.
-                if b == 0 && shift > 0 {
-                    return Err(ProtocolError::BadVarint { offset });
-                }
-                return Ok(v);
-            }
-            shift += 7;
+            // A varint cut short runs to the end of the frame: more bytes are needed there.
+            Err(VarintError::Truncated) => Err(ProtocolError::Truncated {
+                offset: self.bytes.len(),
+            }),
+            Err(VarintError::Malformed) => Err(ProtocolError::BadVarint { offset }),
         }
     }
 
