@@ -7,6 +7,8 @@
 mod crash;
 mod harness;
 mod listens;
+mod listens_edges;
+mod listens_resume;
 mod model;
 mod ops;
 mod queries;

@@ -1,0 +1,220 @@
+//! Resuming a listen: after an unlisten or a reconnect the relay sends a delta from the
+//! client's version, or a reset when the changelog no longer reaches back (or the version
+//! is one the relay never had).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hearth_client::{Client, ListenSnapshot};
+use hearth_core::document::Document;
+use hearth_core::encoding::key::Direction::Ascending as Asc;
+use hearth_core::mutation::Mutation;
+use hearth_core::protocol::DocumentChange;
+use hearth_core::query::model::{Operator as Op, Query};
+
+use crate::harness::*;
+use crate::listens::{items, names};
+
+/// Changes that move documents in, out and within `a <= 2`, plus one outside it.
+fn churn() -> Vec<Mutation> {
+    vec![
+        Mutation::set(name("items/new1"), map([("a", int(0)), ("b", s("x"))])),
+        Mutation::update(name("items/i01"), vec![(fp("a"), Some(int(4)))]),
+        Mutation::delete(name("items/i02")),
+        Mutation::update(name("items/i03"), vec![(fp("b"), Some(s("changed")))]),
+        Mutation::update(name("items/i04"), vec![(fp("a"), Some(int(1)))]),
+        Mutation::set(name("other/zz"), map([("a", int(0))])),
+    ]
+}
+
+/// A collection whose first docs are in and out of `a <= 2` in a known way.
+async fn load_resume_data(c: &Client) {
+    let mut batch = Vec::new();
+    for i in 0..12 {
+        let a = match i {
+            1..=3 => 1, // in: leave, deleted, modified
+            4 => 3,     // out: comes in
+            _ => (i % 5) as i64,
+        };
+        batch.push(Mutation::set(
+            name(&format!("items/i{i:02}")),
+            map([("a", int(a)), ("b", s("y"))]),
+        ));
+    }
+    within(c.write(batch)).await.unwrap();
+}
+
+fn resume_query() -> Query {
+    items().where_("a", Op::LessThanOrEqual, int(2))
+}
+
+fn check_delta(snap: &ListenSnapshot, now: &[Document], label: &str) {
+    assert!(
+        !snap.reset,
+        "{label}: a resume inside the changelog gets a delta, not a reset"
+    );
+    assert_eq!(names(&snap.documents), names(now), "{label}");
+    assert_eq!(snap.documents, now, "{label}");
+    let touched: HashSet<String> = [
+        "items/new1",
+        "items/i01",
+        "items/i02",
+        "items/i03",
+        "items/i04",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert!(
+        snap.changed
+            .contains(&DocumentChange::Remove(name("items/i02"))),
+        "{label}"
+    );
+    assert!(
+        snap.changed
+            .contains(&DocumentChange::Remove(name("items/i01"))),
+        "{label}"
+    );
+    for c in &snap.changed {
+        let n = match c {
+            DocumentChange::Upsert(d) => d.name.to_string(),
+            DocumentChange::Remove(n) => n.to_string(),
+        };
+        // A delta may only name documents of the listened collection: others are none of
+        // this listener's business (and security rules may hide them from it).
+        assert!(
+            touched.contains(&n),
+            "{label}: the delta names `{n}`, which is outside the query's collection or did not change; delta: {:?}",
+            snap.changed
+        );
+    }
+}
+
+#[tokio::test]
+async fn resume_after_unlisten_or_reconnect_gets_a_delta() {
+    let relay = Relay::fresh(&[]);
+    let writer = relay.client("resume").await;
+    load_resume_data(&writer).await;
+    let q = resume_query();
+
+    // Unlisten, change, listen again on the same connection.
+    let c = relay.client("resume").await;
+    let mut l = within(c.listen(&q, None)).await.unwrap();
+    let first = within(l.next()).await.unwrap();
+    within(l.stop()).await;
+    // And a second connection that goes away entirely.
+    let gone = relay.client("resume").await;
+    let mut l2 = within(gone.listen(&q, None)).await.unwrap();
+    let first2 = within(l2.next()).await.unwrap();
+    drop(l2);
+    within(gone.close()).await;
+
+    within(writer.write(churn())).await.unwrap();
+    let (now, at) = within(writer.query(&q)).await.unwrap();
+
+    let mut l = within(c.resume(&q, first.version, first.documents.clone()))
+        .await
+        .unwrap();
+    let snap = within(l.next()).await.unwrap();
+    check_delta(&snap, &now, "after unlisten");
+    assert_eq!(snap.version, at);
+
+    let fresh = relay.client("resume").await;
+    let mut l = within(fresh.resume(&q, first2.version, first2.documents.clone()))
+        .await
+        .unwrap();
+    let snap = within(l.next()).await.unwrap();
+    check_delta(&snap, &now, "after reconnect");
+
+    // The resumed listener keeps following changes.
+    let v = within(writer.write(vec![Mutation::set(
+        name("items/new2"),
+        map([("a", int(2))]),
+    )]))
+    .await
+    .unwrap();
+    let snap = within(l.next()).await.unwrap();
+    let (now, _) = within(writer.query(&q)).await.unwrap();
+    assert_eq!((snap.version, &snap.documents), (v, &now));
+
+    // A limited query resumes with a reset (a limited view cannot be patched from names),
+    // which is still the right result.
+    let lq = items().order_by("a", Asc).limit(3);
+    let mut l = within(fresh.listen(&lq, None)).await.unwrap();
+    let before = within(l.next()).await.unwrap();
+    drop(l);
+    within(writer.write(vec![Mutation::set(
+        name("items/aaa"),
+        map([("a", int(-5))]),
+    )]))
+    .await
+    .unwrap();
+    let mut l = within(fresh.resume(&lq, before.version, before.documents))
+        .await
+        .unwrap();
+    let snap = within(l.next()).await.unwrap();
+    let (now, _) = within(writer.query(&lq)).await.unwrap();
+    assert_eq!(snap.documents, now);
+}
+
+#[tokio::test]
+async fn resume_from_a_version_the_relay_never_had_gets_a_reset() {
+    let relay = Relay::fresh(&[]);
+    let c = relay.client("future").await;
+    load_resume_data(&c).await;
+    let q = resume_query();
+    let (now, version) = within(c.query(&q)).await.unwrap();
+    // A client whose state claims a version from the future (e.g. the relay's data was
+    // restored from an older backup): its documents cannot be trusted.
+    let bogus = vec![Document::new(name("items/ghost"), map([("a", int(0))]))];
+    let mut l = within(c.resume(&q, version + 1000, bogus)).await.unwrap();
+    match within(l.next()).await {
+        Ok(snap) => {
+            assert!(
+                snap.reset,
+                "resume_version {} > the relay's version {version}: expected a reset, got a delta of {} changes",
+                version + 1000,
+                snap.changed.len()
+            );
+            assert_eq!(snap.documents, now);
+        }
+        Err(e) => eprintln!("refused instead of reset (acceptable): {e}"),
+    }
+}
+
+#[tokio::test]
+async fn resume_older_than_the_changelog_gets_a_reset() {
+    let dir = TempDir::new("retention");
+    let mut relay = Relay::start(dir.path(), &[]);
+    let c = relay.client("old").await;
+    load_resume_data(&c).await;
+    let q = resume_query();
+    let mut l = within(c.listen(&q, None)).await.unwrap();
+    let first = within(l.next()).await.unwrap();
+    drop(l);
+    within(c.write(churn())).await.unwrap();
+    within(c.close()).await;
+    relay.sigterm();
+    assert!(relay.wait_exit(Duration::from_secs(20)).success());
+
+    // Retention 0: the pruner's first round at start drops every changelog record.
+    let relay = Relay::start(dir.path(), &["--changelog-retention-secs", "0"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c = relay.client("old").await;
+    let (now, _) = within(c.query(&q)).await.unwrap();
+    let mut l = within(c.resume(&q, first.version, first.documents.clone()))
+        .await
+        .unwrap();
+    let snap = within(l.next()).await.unwrap();
+    assert!(
+        snap.reset,
+        "the changelog no longer reaches back to {}: expected a reset",
+        first.version
+    );
+    assert_eq!(snap.documents, now);
+    // Version 0 too: everything is older than the retained changelog.
+    let mut l = within(c.resume(&q, 0, Vec::new())).await.unwrap();
+    let snap = within(l.next()).await.unwrap();
+    assert!(snap.reset);
+    assert_eq!(snap.documents, now);
+}
