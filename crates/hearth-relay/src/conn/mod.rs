@@ -1,7 +1,7 @@
 //! One WebSocket connection: the `Hello` that opens it, the read loop that hands each
-//! frame to the request dispatch ([`dispatch`]), the flusher task (backlog, heartbeats,
+//! frame to the request dispatch (`dispatch`), the flusher task (backlog, heartbeats,
 //! close) and the drain on shutdown. The HTTP routes and the handshake that lead here are
-//! [`routes`].
+//! `routes`.
 //!
 //! Architecture invariant: nothing a client sends can panic the relay or disturb another
 //! connection: undecodable or oversized frames end only their own connection, with a typed

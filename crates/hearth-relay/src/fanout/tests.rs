@@ -1,0 +1,210 @@
+//! Unit tests of the fan-out over real sockets: a refill that read ahead takes the later
+//! commits into its round, and a group whose writes are split across threads keeps each
+//! connection consistent.
+
+use super::*;
+use crate::outbound::testing::{pair, FrameReader};
+use hearth_core::encoding::key::Direction::Descending;
+use hearth_core::path::{CollectionPath, DocumentName};
+use hearth_core::protocol::codec::decode_server;
+use hearth_core::query::validate::validate;
+use hearth_core::value::{Map, Value};
+
+fn doc(id: &str, n: i64, version: u64) -> Document {
+    let mut fields = Map::new();
+    fields.insert("n".into(), Value::Integer(n));
+    Document {
+        name: DocumentName::parse(&format!("items/{id}")).unwrap(),
+        fields: Arc::new(fields),
+        create_version: version,
+        update_version: version,
+    }
+}
+
+/// Applies TargetChange messages to `docs` until a Snapshot; returns its version.
+async fn next_snapshot(
+    r: &mut FrameReader,
+    c: &mut tokio::net::TcpStream,
+    docs: &mut Vec<Document>,
+) -> u64 {
+    loop {
+        let (_, payload) = r.next(c).await;
+        match decode_server(&payload).unwrap() {
+            ServerMessage::TargetChange { kind, changes, .. } => {
+                if kind == TargetChangeKind::Reset {
+                    docs.clear();
+                }
+                for ch in changes {
+                    match ch {
+                        DocumentChange::Upsert(d) => {
+                            docs.retain(|x| x.name != d.name);
+                            docs.push(d);
+                        }
+                        DocumentChange::Remove(n) => docs.retain(|x| x.name != n),
+                    }
+                }
+            }
+            ServerMessage::Snapshot { version } => return version,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// A limited listen that loses a document refills from the latest state; when that
+/// state is ahead of the round (commits not yet published), the round takes those
+/// commits in and publishes at their version, so no snapshot shows a document from
+/// after its version.
+#[tokio::test]
+async fn a_refill_that_reads_ahead_takes_the_later_commits_into_the_round() {
+    let (out, _r, mut client) = pair(1 << 20).await;
+    let q = validate(
+        &Query::collection(CollectionPath::parse("items").unwrap())
+            .order_by("n", Descending)
+            .limit(2),
+    )
+    .unwrap();
+    let (a, b, d) = (doc("a", 3, 1), doc("b", 2, 1), doc("d", 5, 3));
+    let fanout = Fanout::new(1);
+    fanout
+        .listen(
+            &out,
+            1,
+            q,
+            |_| Ok((vec![a.clone(), b.clone()], 1)),
+            |_| Start::Fresh,
+        )
+        .unwrap();
+    let (mut reader, mut docs) = (FrameReader::default(), Vec::new());
+    assert_eq!(next_snapshot(&mut reader, &mut client, &mut docs).await, 1);
+    // Version 2 deletes `a`, so the view refills; the store is already at version 3,
+    // which added `d`.
+    let at2 = Committed {
+        database: "db".into(),
+        version: 2,
+        changes: vec![(a.name.clone(), None)],
+    };
+    let at3 = Committed {
+        database: "db".into(),
+        version: 3,
+        changes: vec![(d.name.clone(), Some(d.clone()))],
+    };
+    let requery = |_: &Query| Ok((vec![d.clone(), b.clone()], 3));
+    let mut asked = Vec::new();
+    let mut more = |upto| {
+        asked.push(upto);
+        vec![at3.clone()]
+    };
+    fanout.publish(&[at2], &requery, &mut more);
+    assert_eq!(
+        asked,
+        vec![3],
+        "the round asks for the commits up to the read"
+    );
+    assert_eq!(fanout.published(), 3);
+    let version = next_snapshot(&mut reader, &mut client, &mut docs).await;
+    assert_eq!(
+        version, 3,
+        "the snapshot names the version its contents are at"
+    );
+    let mut got: Vec<_> = docs.iter().map(|d| d.name.to_string()).collect();
+    got.sort();
+    assert_eq!(got, vec!["items/b", "items/d"]);
+    assert!(docs.iter().all(|d| d.update_version <= version));
+}
+
+/// A group split across writer threads: every connection, with one target or two in the
+/// group, gets each round's change for each of its targets before that round's single
+/// `Snapshot`, and its targets' contents match the commits.
+#[tokio::test]
+async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() {
+    let q = validate(&Query::collection(CollectionPath::parse("items").unwrap())).unwrap();
+    let mut fanout = Fanout::new(1);
+    fanout.split = (4, 4);
+    // 8 connections with one target, 4 with two targets on the same query.
+    let mut conns = Vec::new();
+    for c in 0..12 {
+        let (out, r, client) = pair(1 << 20).await;
+        let targets: &[u32] = if c < 8 { &[1] } else { &[1, 2] };
+        for &t in targets {
+            fanout
+                .listen(
+                    &out,
+                    t,
+                    q.clone(),
+                    |_| Ok((Vec::new(), 1)),
+                    |_| Start::Fresh,
+                )
+                .unwrap();
+        }
+        conns.push((out, r, client, targets.len()));
+    }
+    let rounds = 3u64;
+    for k in 1..=rounds {
+        let d = doc(&format!("d{k}"), k as i64, 1 + k);
+        let c = Committed {
+            database: "db".into(),
+            version: 1 + k,
+            changes: vec![(d.name.clone(), Some(d))],
+        };
+        let requery = |_: &Query| -> Result<(Vec<Document>, u64), QueryError> {
+            unreachable!("no limit: no refill")
+        };
+        fanout.publish(&[c], &requery, &mut |_| Vec::new());
+    }
+    for (i, (_out, _r, client, n_targets)) in conns.iter_mut().enumerate() {
+        let mut reader = FrameReader::default();
+        // Initial results: a Reset and a Snapshot at 1 per target.
+        for _ in 0..*n_targets {
+            let (_, p) = reader.next(client).await;
+            assert!(matches!(
+                decode_server(&p).unwrap(),
+                ServerMessage::TargetChange {
+                    kind: TargetChangeKind::Reset,
+                    ..
+                }
+            ));
+            let (_, p) = reader.next(client).await;
+            assert_eq!(
+                decode_server(&p).unwrap(),
+                ServerMessage::Snapshot { version: 1 }
+            );
+        }
+        let mut docs: HashMap<u32, Vec<String>> = HashMap::new();
+        for k in 1..=rounds {
+            let mut changed = Vec::new();
+            let version = loop {
+                let (_, p) = reader.next(client).await;
+                match decode_server(&p).unwrap() {
+                    ServerMessage::TargetChange {
+                        target_id,
+                        kind,
+                        changes,
+                    } => {
+                        assert_eq!(kind, TargetChangeKind::Delta);
+                        changed.push(target_id);
+                        for ch in changes {
+                            let DocumentChange::Upsert(d) = ch else {
+                                panic!("only upserts were committed")
+                            };
+                            docs.entry(target_id).or_default().push(d.name.to_string());
+                        }
+                    }
+                    ServerMessage::Snapshot { version } => break version,
+                    other => panic!("connection {i}: unexpected {other:?}"),
+                }
+            };
+            assert_eq!(version, 1 + k, "connection {i}: one snapshot per round");
+            changed.sort();
+            let want: Vec<u32> = (1..=*n_targets as u32).collect();
+            assert_eq!(
+                changed, want,
+                "connection {i}, round {k}: a change per target"
+            );
+            for t in &want {
+                let names = &docs[t];
+                let expected: Vec<String> = (1..=k).map(|j| format!("items/d{j}")).collect();
+                assert_eq!(names, &expected, "connection {i}, target {t}");
+            }
+        }
+    }
+}
