@@ -10,6 +10,7 @@ mod key_encoding;
 mod mutations;
 mod plans;
 mod protocol;
+mod protocol_codec;
 mod query_model;
 mod seed_catalogs;
 mod seed_instruments;

@@ -1,6 +1,7 @@
 //! The wire protocol through its public API: a realistic session round trips frame by frame,
 //! documents and values from the shared strategies survive the codec, and bad frames map to
-//! `invalid-argument`. The codec's own unit tests cover each message and decoder edge case.
+//! `invalid-argument`. The codec's properties over every message are in `protocol_codec`; its
+//! unit tests cover each message and decoder edge case.
 
 use hearth_core::document::Document;
 use hearth_core::encoding::key::Direction;

@@ -1,4 +1,5 @@
-//! Shared proptest strategies for values, fields, document names and documents.
+//! Shared proptest strategies, one set for every test: values, fields, document names and
+//! documents; field paths, filters, queries, mutations and index files; protocol messages.
 //!
 //! Generated values are always valid Firestore data: timestamps in range and truncated to
 //! microseconds, geopoints in range, non-empty field names, no array directly inside an
@@ -8,11 +9,22 @@
 //! Sizes stay small so that 256 cases of a property run in well under a second.
 
 use hearth_core::document::Document;
-use hearth_core::path::DocumentName;
+use hearth_core::encoding::key::Direction;
+use hearth_core::error::ErrorCode;
+use hearth_core::index::config::{
+    CompositeIndexSpec, FieldMode, FieldOverrideSpec, IndexFieldSpec, IndexFile, OverrideIndexSpec,
+    QueryScope,
+};
+use hearth_core::mutation::{FieldTransform, Mutation, MutationKind, Precondition, SetMerge};
+use hearth_core::path::{CollectionPath, DocumentName, FieldPath};
+use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
+use hearth_core::query::model::{
+    Aggregation, Cursor, FieldFilter, Filter, LimitType, Operator, OrderBy, Query, Source,
+};
 use hearth_core::value::{
     GeoPoint, Map, Timestamp, Value, MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS,
 };
-use proptest::collection::{btree_map, vec};
+use proptest::collection::{btree_map, btree_set, vec};
 use proptest::prelude::*;
 
 /// Integers, weighted towards the ones that are hard to get right.
@@ -95,7 +107,7 @@ fn arb_segment() -> impl Strategy<Value = String> {
 }
 
 /// A document name with one to three collection/id pairs (sub-collections included).
-fn arb_any_doc_name() -> impl Strategy<Value = DocumentName> {
+pub fn arb_any_doc_name() -> impl Strategy<Value = DocumentName> {
     vec((arb_segment(), arb_segment()), 1..=3).prop_map(|pairs| {
         let path = pairs
             .iter()
@@ -186,4 +198,385 @@ pub fn arb_document() -> impl Strategy<Value = Document> {
         create_version: create,
         update_version: update,
     })
+}
+
+/// Every operator; a filter's tag on the wire is its position in the codec's own table.
+const OPERATORS: [Operator; 10] = [
+    Operator::Equal,
+    Operator::NotEqual,
+    Operator::LessThan,
+    Operator::LessThanOrEqual,
+    Operator::GreaterThan,
+    Operator::GreaterThanOrEqual,
+    Operator::In,
+    Operator::NotIn,
+    Operator::ArrayContains,
+    Operator::ArrayContainsAny,
+];
+
+/// Field paths: simple names, names that need quoting (dots, backticks, backslashes,
+/// spaces), and `__name__`.
+pub fn arb_field_path() -> impl Strategy<Value = FieldPath> {
+    prop_oneof![
+        4 => vec(prop_oneof![3 => "[a-c]{1,2}", 1 => "[a.` \\\\é]{1,3}"], 1..=3)
+            .prop_map(|s| FieldPath::from_segments(s).expect("non-empty segments")),
+        1 => Just(FieldPath::document_id()),
+    ]
+}
+
+/// Filter trees: field filters with any operator and any value (validation is not the
+/// codec's business), under ANDs and ORs a few levels deep.
+pub fn arb_filter() -> impl Strategy<Value = Filter> {
+    let leaf =
+        (arb_field_path(), 0..OPERATORS.len(), arb_value()).prop_map(|(field, op, value)| {
+            Filter::Field(FieldFilter {
+                field,
+                op: OPERATORS[op],
+                value,
+            })
+        });
+    leaf.prop_recursive(3, 12, 3, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..3).prop_map(Filter::And),
+            vec(inner, 0..3).prop_map(Filter::Or),
+        ]
+    })
+}
+
+/// Cursors with a few values, inclusive or not, from a document or not.
+pub fn arb_cursor() -> impl Strategy<Value = Cursor> {
+    (vec(arb_value(), 0..3), any::<bool>(), any::<bool>()).prop_map(
+        |(values, inclusive, from_document)| Cursor {
+            values,
+            inclusive,
+            from_document,
+        },
+    )
+}
+
+/// Queries with every part present or absent: a collection (maybe a sub-collection) or any
+/// collection group id, filters, orders, limits of either kind, cursors, offset, projection.
+pub fn arb_query() -> impl Strategy<Value = Query> {
+    let source = prop_oneof![
+        vec(arb_segment(), 0..=1).prop_map(|parent| {
+            let mut segments = Vec::new();
+            for p in parent {
+                segments.extend(["p".to_owned(), p]);
+            }
+            segments.push("c".to_owned());
+            Source::Collection(CollectionPath::from_segments(segments).unwrap())
+        }),
+        "(?s).{0,4}".prop_map(Source::CollectionGroup),
+    ];
+    let order_by = vec(
+        (arb_field_path(), any::<bool>()).prop_map(|(field, desc)| OrderBy {
+            field,
+            dir: if desc {
+                Direction::Descending
+            } else {
+                Direction::Ascending
+            },
+        }),
+        0..3,
+    );
+    (
+        source,
+        proptest::option::of(arb_filter()),
+        order_by,
+        proptest::option::of(any::<i64>()),
+        any::<bool>(),
+        proptest::option::of(arb_cursor()),
+        proptest::option::of(arb_cursor()),
+        any::<u64>(),
+        proptest::option::of(vec(arb_field_path(), 0..3)),
+    )
+        .prop_map(
+            |(source, filter, order_by, limit, last, start, end, offset, projection)| Query {
+                source,
+                filter,
+                order_by,
+                limit,
+                limit_type: if last {
+                    LimitType::Last
+                } else {
+                    LimitType::First
+                },
+                start,
+                end,
+                offset,
+                projection,
+            },
+        )
+}
+
+/// Every field transform.
+pub fn arb_transform() -> impl Strategy<Value = FieldTransform> {
+    prop_oneof![
+        arb_value().prop_map(FieldTransform::Increment),
+        arb_value().prop_map(FieldTransform::Maximum),
+        arb_value().prop_map(FieldTransform::Minimum),
+        Just(FieldTransform::ServerTimestamp),
+        vec(arb_value(), 0..3).prop_map(FieldTransform::ArrayUnion),
+        vec(arb_value(), 0..3).prop_map(FieldTransform::ArrayRemove),
+    ]
+}
+
+/// Mutations of every kind, merge mode and precondition, with transforms and field deletes.
+pub fn arb_mutation() -> impl Strategy<Value = Mutation> {
+    let merge = prop_oneof![
+        Just(SetMerge::Overwrite),
+        Just(SetMerge::MergeAll),
+        vec(arb_field_path(), 0..3).prop_map(SetMerge::MergeFields),
+    ];
+    let kind = prop_oneof![
+        (arb_fields(), merge).prop_map(|(fields, merge)| MutationKind::Set { fields, merge }),
+        vec((arb_field_path(), proptest::option::of(arb_value())), 0..3)
+            .prop_map(|fields| MutationKind::Update { fields }),
+        Just(MutationKind::Delete),
+    ];
+    let precondition = prop_oneof![
+        Just(Precondition::None),
+        any::<bool>().prop_map(Precondition::Exists),
+        any::<u64>().prop_map(Precondition::UpdateVersion),
+    ];
+    (
+        arb_any_doc_name(),
+        kind,
+        precondition,
+        vec((arb_field_path(), arb_transform()), 0..3),
+        vec(arb_field_path(), 0..2),
+    )
+        .prop_map(
+            |(name, kind, precondition, transforms, field_deletes_in_merge)| Mutation {
+                name,
+                kind,
+                precondition,
+                transforms,
+                field_deletes_in_merge,
+            },
+        )
+}
+
+/// `count`, `sum` and `average`.
+pub fn arb_aggregation() -> impl Strategy<Value = Aggregation> {
+    prop_oneof![
+        Just(Aggregation::Count),
+        arb_field_path().prop_map(Aggregation::Sum),
+        arb_field_path().prop_map(Aggregation::Average),
+    ]
+}
+
+const MODES: [FieldMode; 3] = [
+    FieldMode::Ascending,
+    FieldMode::Descending,
+    FieldMode::ArrayContains,
+];
+
+/// Index files that the index-file parser accepts: composite indexes of 2 to 3 distinct
+/// fields with at most one array-contains, and overrides unique per group and field.
+pub fn arb_index_file() -> impl Strategy<Value = IndexFile> {
+    let scope = any::<bool>().prop_map(|g| {
+        if g {
+            QueryScope::CollectionGroup
+        } else {
+            QueryScope::Collection
+        }
+    });
+    let composite = (
+        "[a-c]{1,2}",
+        scope.clone(),
+        btree_set("[a-e]{1,2}(\\.[xy])?", 2..4),
+        vec(any::<bool>(), 3),
+        proptest::option::of(0usize..3),
+    )
+        .prop_map(|(group, query_scope, paths, desc, array)| {
+            let fields = paths
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| IndexFieldSpec {
+                    field_path: FieldPath::parse(&p).unwrap(),
+                    mode: if array == Some(i) {
+                        FieldMode::ArrayContains
+                    } else {
+                        MODES[usize::from(desc[i])]
+                    },
+                })
+                .collect();
+            CompositeIndexSpec {
+                collection_group: group,
+                query_scope,
+                fields,
+            }
+        });
+    let overrides = btree_map(
+        ("[a-c]{1,2}", "[a-e]{1,2}"),
+        btree_set((0usize..3, any::<bool>()), 0..4),
+        0..3,
+    )
+    .prop_map(|m| {
+        m.into_iter()
+            .map(|((group, field), specs)| FieldOverrideSpec {
+                collection_group: group,
+                field_path: FieldPath::parse(&field).unwrap(),
+                indexes: specs
+                    .into_iter()
+                    .map(|(mode, group_scope)| OverrideIndexSpec {
+                        mode: MODES[mode],
+                        query_scope: if group_scope {
+                            QueryScope::CollectionGroup
+                        } else {
+                            QueryScope::Collection
+                        },
+                    })
+                    .collect(),
+            })
+            .collect()
+    });
+    (vec(composite, 0..3), overrides).prop_map(|(indexes, field_overrides)| IndexFile {
+        indexes,
+        field_overrides,
+    })
+}
+
+/// Every client message, with the data strategies above inside.
+pub fn arb_client_message() -> impl Strategy<Value = ClientMessage> {
+    prop_oneof![
+        (
+            any::<u32>(),
+            "(?s).{0,6}",
+            "[A-Za-z0-9]{0,20}",
+            "(?s).{0,8}"
+        )
+            .prop_map(|(protocol_version, database, client_id, token)| {
+                ClientMessage::Hello {
+                    protocol_version,
+                    database,
+                    client_id,
+                    token,
+                }
+            }),
+        "(?s).{0,8}".prop_map(|token| ClientMessage::Auth { token }),
+        (any::<u64>(), vec(arb_any_doc_name(), 0..4))
+            .prop_map(|(request_id, names)| ClientMessage::Get { request_id, names }),
+        (any::<u64>(), arb_query())
+            .prop_map(|(request_id, query)| ClientMessage::RunQuery { request_id, query }),
+        (any::<u64>(), arb_query(), vec(arb_aggregation(), 0..3)).prop_map(
+            |(request_id, query, aggregations)| ClientMessage::RunAggregation {
+                request_id,
+                query,
+                aggregations,
+            }
+        ),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            vec(arb_mutation(), 0..3),
+            vec(
+                (arb_any_doc_name(), proptest::option::of(any::<u64>())),
+                0..3
+            ),
+        )
+            .prop_map(|(request_id, batch_id, mutations, reads)| {
+                ClientMessage::Write {
+                    request_id,
+                    batch_id,
+                    mutations,
+                    reads,
+                }
+            }),
+        (
+            any::<u32>(),
+            arb_query(),
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(|(target_id, query, resume_version)| ClientMessage::Listen {
+                target_id,
+                query,
+                resume_version,
+            }),
+        any::<u32>().prop_map(|target_id| ClientMessage::Unlisten { target_id }),
+        any::<u64>().prop_map(|nonce| ClientMessage::Ping { nonce }),
+    ]
+}
+
+/// Every relay message, with the data strategies above inside.
+pub fn arb_server_message() -> impl Strategy<Value = ServerMessage> {
+    let change = prop_oneof![
+        arb_document().prop_map(DocumentChange::Upsert),
+        arb_any_doc_name().prop_map(DocumentChange::Remove),
+    ];
+    prop_oneof![
+        (any::<u32>(), any::<u64>(), arb_index_file(), any::<u32>()).prop_map(
+            |(protocol_version, version, indexes, heartbeat_ms)| ServerMessage::Welcome {
+                protocol_version,
+                version,
+                indexes,
+                heartbeat_ms,
+            }
+        ),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            vec(
+                (arb_any_doc_name(), proptest::option::of(arb_document())),
+                0..3
+            )
+        )
+            .prop_map(|(request_id, version, documents)| {
+                ServerMessage::GetResult {
+                    request_id,
+                    version,
+                    documents,
+                }
+            }),
+        (any::<u64>(), any::<u64>(), vec(arb_document(), 0..3)).prop_map(
+            |(request_id, version, documents)| ServerMessage::QueryResult {
+                request_id,
+                version,
+                documents,
+            }
+        ),
+        (any::<u64>(), any::<u64>(), vec(arb_value(), 0..3)).prop_map(
+            |(request_id, version, values)| ServerMessage::AggregationResult {
+                request_id,
+                version,
+                values,
+            }
+        ),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(request_id, batch_id, version)| {
+            ServerMessage::WriteResult {
+                request_id,
+                batch_id,
+                version,
+            }
+        }),
+        (any::<u32>(), any::<bool>(), vec(change, 0..4)).prop_map(|(target_id, reset, changes)| {
+            ServerMessage::TargetChange {
+                target_id,
+                kind: if reset {
+                    TargetChangeKind::Reset
+                } else {
+                    TargetChangeKind::Delta
+                },
+                changes,
+            }
+        }),
+        any::<u64>().prop_map(|version| ServerMessage::Snapshot { version }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(version, nonce)| ServerMessage::Heartbeat { version, nonce }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            0..ErrorCode::ALL.len(),
+            "(?s).{0,12}"
+        )
+            .prop_map(|(request_id, target_id, code, message)| {
+                ServerMessage::Error {
+                    request_id,
+                    target_id,
+                    code: ErrorCode::ALL[code],
+                    message,
+                }
+            }),
+    ]
 }
