@@ -142,7 +142,7 @@ pub fn peek_hello_version(b: &[u8]) -> Option<u32> {
     r.u32("protocol version").ok()
 }
 
-/// Decodes a query written by [`encode_query`]; the whole slice must be one query.
+/// Decodes a query written by [`encode_query`](super::encode_query); the whole slice must be one query.
 pub fn decode_query(b: &[u8]) -> Result<Query> {
     let mut r = Reader { bytes: b, pos: 0 };
     let q = r.query()?;
@@ -150,7 +150,7 @@ pub fn decode_query(b: &[u8]) -> Result<Query> {
     Ok(q)
 }
 
-/// Decodes a mutation written by [`encode_mutation`]; the whole slice must be one mutation.
+/// Decodes a mutation written by [`encode_mutation`](super::encode_mutation); the whole slice must be one mutation.
 pub fn decode_mutation(b: &[u8]) -> Result<Mutation> {
     let mut r = Reader { bytes: b, pos: 0 };
     let m = r.mutation()?;

@@ -93,7 +93,7 @@ pub fn encode_client(m: &ClientMessage) -> Vec<u8> {
 }
 
 /// Encodes a relay message as one frame. The caller keeps a frame within
-/// [`MAX_FRAME_BYTES`] (splitting large results over several messages).
+/// [`MAX_FRAME_BYTES`](crate::protocol::MAX_FRAME_BYTES) (splitting large results over several messages).
 ///
 /// # Panics
 ///
@@ -205,7 +205,7 @@ pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
 }
 
 /// Appends the encoding of a query (the `query` of the frame layout). Filters nested deeper
-/// than [`MAX_FILTER_DEPTH`] are written, but no decoder reads them back.
+/// than [`MAX_FILTER_DEPTH`](super::MAX_FILTER_DEPTH) are written, but no decoder reads them back.
 pub fn encode_query(q: &Query, out: &mut Vec<u8>) {
     match &q.source {
         Source::Collection(path) => {
