@@ -27,6 +27,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};
+use std::future::Future;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -34,6 +35,9 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
+use super::error::ClientError;
+use super::idb_store::{IdbStore, Key, Store, WriteOp};
+use super::lock::AsyncLock;
 use hearth_core::path::DocumentName;
 
 /// The default budget: 40 MiB.
@@ -58,7 +62,9 @@ pub struct Cache {
     /// what the last collection left, whichever is more (held documents can keep the cache
     /// over budget, and each collection walks the whole store).
     next_at: Cell<u64>,
+    /// The last [`RECENT`] documents reads returned, oldest first: held while they are here.
     recent: RefCell<VecDeque<DocumentName>>,
+    /// Whether a collection is under way (one at a time: each walks the whole store).
     running: Cell<bool>,
 }
 
@@ -120,6 +126,76 @@ impl Cache {
                 .set(budget.max(self.estimate.get().saturating_add(gap)));
         }
         self.running.set(false);
+    }
+
+    /// Enforces the budget on `database`'s `store`: returns how many documents were evicted.
+    /// `lock` is the engine's write lock; `held` gives the keys of the documents the engine
+    /// holds, and is awaited only under the lock, once the walk found the cache above
+    /// [`START`] (the engine's holders change while it waits for the lock).
+    pub async fn collect(
+        &self,
+        database: &str,
+        store: &IdbStore,
+        lock: &AsyncLock,
+        held: impl Future<Output = Result<HashSet<Vec<u8>>, ClientError>>,
+    ) -> Result<usize, ClientError> {
+        let Some(budget) = self.budget() else {
+            return Ok(0);
+        };
+        if !self.begin() {
+            return Ok(0);
+        }
+        if !alone(database).await {
+            self.end(None);
+            return Ok(0);
+        }
+        let result = collect_locked(store, lock, budget, held).await;
+        self.end(result.as_ref().ok().map(|r| r.1));
+        Ok(result?.0)
+    }
+}
+
+/// The walk and the deletions, under the write lock: (documents evicted, bytes after).
+async fn collect_locked(
+    store: &IdbStore,
+    lock: &AsyncLock,
+    budget: u64,
+    held: impl Future<Output = Result<HashSet<Vec<u8>>, ClientError>>,
+) -> Result<(usize, u64), ClientError> {
+    let _guard = lock.lock().await;
+    let usage = store.usage().await?;
+    let total: u64 = usage.iter().map(|u| u.1).sum();
+    if (total as f64) <= budget as f64 * START {
+        return Ok((0, total));
+    }
+    let held = held.await?;
+    let target = (budget as f64 * TARGET) as u64;
+    let (victims, after) = victims(usage, &held, target);
+    let count = victims.len();
+    store
+        .write(
+            victims
+                .into_iter()
+                .map(|key| WriteOp::Delete {
+                    store: Store::Documents,
+                    key: Key::Bytes(key),
+                })
+                .collect(),
+        )
+        .await?;
+    Ok((count, after))
+}
+
+/// The bytes a write op stores towards the cache budget (document records only).
+pub fn stored_bytes(op: &WriteOp) -> u64 {
+    match op {
+        WriteOp::PutDocument {
+            key,
+            value,
+            index_keys,
+            ..
+        } => (key.len() + value.len() + index_keys.iter().map(Vec::len).sum::<usize>()) as u64,
+        _ => 0,
     }
 }
 

@@ -1,0 +1,444 @@
+//! Local listeners: a query's `View` or a watched document, raised with latency
+//! compensation after every local change, and the `fromCache` / `hasPendingWrites` metadata
+//! the relay's targets and the write queue decide. Callbacks are queued in the outbox and run
+//! by `flush` only once no engine state is borrowed.
+
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use super::Engine;
+use crate::client::error::ClientError;
+use hearth_core::document::Document;
+use hearth_core::path::DocumentName;
+use hearth_core::query::model::Query;
+use hearth_core::query::validate::validate;
+use hearth_core::query::view::{diff, DocChange, View};
+use hearth_core::value::Value;
+
+/// What a listener receives.
+#[derive(Clone, Debug)]
+pub enum ListenEvent {
+    /// A query listener's snapshot.
+    Query {
+        /// The result, in query order.
+        docs: Vec<Document>,
+        /// For each of `docs`, whether a pending write touches it.
+        pending: Vec<bool>,
+        /// The changes since the previous snapshot (`docChanges()`).
+        changes: Vec<DocChange>,
+        /// Whether the relay has not yet confirmed the result (`fromCache`).
+        from_cache: bool,
+        /// Whether any of `docs` has a pending write.
+        has_pending_writes: bool,
+    },
+    /// A document listener's snapshot.
+    Document {
+        /// The watched document.
+        name: DocumentName,
+        /// Its local view (`None`: it does not exist).
+        doc: Option<Document>,
+        /// Whether the relay has not yet confirmed it (`fromCache`).
+        from_cache: bool,
+        /// Whether a pending write touches it.
+        has_pending_writes: bool,
+    },
+    /// The listener failed and was removed.
+    Error(ClientError),
+}
+
+/// A listener's callback, as the API wrapped the JS one.
+pub(super) type Callback = Rc<dyn Fn(ListenEvent)>;
+
+/// What a listener watches.
+enum Watched {
+    /// A query's result, kept current one document change at a time.
+    Query(View),
+    /// One document and its last raised state.
+    Document(DocumentName, Option<Document>),
+}
+
+/// One local listener.
+pub(super) struct Listener {
+    /// The query or document it watches.
+    watched: Watched,
+    /// The JS callback (wrapped), run from the outbox.
+    callback: Callback,
+    /// Whether metadata-only changes are raised (`includeMetadataChanges`).
+    include_metadata: bool,
+    /// Relay target serving this listener, if any.
+    target: Option<u32>,
+    /// The last raised metadata, to raise metadata-only changes when asked.
+    last_meta: Option<(bool, bool)>,
+}
+
+impl Engine {
+    /// Starts a query listener; the first snapshot comes from the local view at once.
+    pub async fn listen_query(
+        self: &Rc<Self>,
+        q: Query,
+        include_metadata: bool,
+        callback: Callback,
+    ) -> Result<u64, ClientError> {
+        let q = validate(&q)?;
+        let docs = self.query(&q).await?;
+        let id = self.next_listener.get();
+        self.next_listener.set(id + 1);
+        let view = View::new(q.clone(), Vec::new());
+        self.listeners.borrow_mut().insert(
+            id,
+            Listener {
+                watched: Watched::Query(view),
+                callback,
+                include_metadata,
+                target: None,
+                last_meta: None,
+            },
+        );
+        self.reset_query_listener(id, docs);
+        if let Some(l) = self.on_listen.borrow().as_ref() {
+            l(id, &q);
+        }
+        self.flush();
+        Ok(id)
+    }
+
+    /// Starts a document listener.
+    pub async fn listen_document(
+        self: &Rc<Self>,
+        name: DocumentName,
+        include_metadata: bool,
+        callback: Callback,
+    ) -> Result<u64, ClientError> {
+        let doc = self.local_doc(&name).await?;
+        let id = self.next_listener.get();
+        self.next_listener.set(id + 1);
+        self.listeners.borrow_mut().insert(
+            id,
+            Listener {
+                watched: Watched::Document(name.clone(), doc.clone()),
+                callback: callback.clone(),
+                include_metadata,
+                target: None,
+                last_meta: None,
+            },
+        );
+        let pending = self.has_pending(&name);
+        let from_cache = true;
+        self.listeners
+            .borrow_mut()
+            .get_mut(&id)
+            .expect("inserted")
+            .last_meta = Some((from_cache, pending));
+        self.outbox.borrow_mut().push((
+            callback,
+            ListenEvent::Document {
+                name: name.clone(),
+                doc,
+                from_cache,
+                has_pending_writes: pending,
+            },
+        ));
+        if let Some(l) = self.on_listen.borrow().as_ref() {
+            let q = Query::collection(name.parent()).where_(
+                "__name__",
+                hearth_core::query::model::Operator::Equal,
+                Value::Reference(name.clone()),
+            );
+            l(id, &q);
+        }
+        self.flush();
+        Ok(id)
+    }
+
+    /// Stops listener `id` (and its relay target).
+    pub fn unlisten(&self, id: u64) {
+        if self.listeners.borrow_mut().remove(&id).is_some() {
+            if let Some(u) = self.on_unlisten.borrow().as_ref() {
+                u(id);
+            }
+        }
+    }
+
+    /// The sync layer bound listener `id` to relay target `target` (or unbound it).
+    pub fn bind_target(&self, id: u64, target: Option<u32>) {
+        if let Some(l) = self.listeners.borrow_mut().get_mut(&id) {
+            l.target = target;
+        }
+    }
+
+    /// Replaces a query listener's result with `docs` (its first result, or a refill) and
+    /// queues the snapshot.
+    fn reset_query_listener(&self, id: u64, docs: Vec<Document>) {
+        let mut ls = self.listeners.borrow_mut();
+        let Some(l) = ls.get_mut(&id) else { return };
+        let Watched::Query(view) = &mut l.watched else {
+            return;
+        };
+        let changes = view.reset(docs);
+        let snapshot_docs = view.documents().to_vec();
+        let first = l.last_meta.is_none();
+        let from_cache = !l
+            .target
+            .is_some_and(|t| self.current_targets.borrow().contains(&t) && self.online.get());
+        let pending: Vec<bool> = snapshot_docs
+            .iter()
+            .map(|d| self.has_pending(&d.name))
+            .collect();
+        let has_pending_writes = pending.iter().any(|p| *p);
+        let meta = (from_cache, has_pending_writes);
+        if first || !changes.is_empty() || (l.include_metadata && l.last_meta != Some(meta)) {
+            l.last_meta = Some(meta);
+            self.outbox.borrow_mut().push((
+                l.callback.clone(),
+                ListenEvent::Query {
+                    docs: snapshot_docs,
+                    pending,
+                    changes,
+                    from_cache,
+                    has_pending_writes,
+                },
+            ));
+        }
+    }
+
+    /// Re-evaluates every listener after documents changed locally; queues callbacks.
+    pub(super) async fn local_changed(
+        self: &Rc<Self>,
+        changed: &[(DocumentName, Option<Document>)],
+    ) {
+        if changed.is_empty() {
+            return;
+        }
+        let mut refill = Vec::new();
+        // Without listeners (a bulk load) there is no metadata to compute.
+        if !self.listeners.borrow().is_empty() {
+            let pending_names = self.pending_names();
+            let mut ls = self.listeners.borrow_mut();
+            for (id, l) in ls.iter_mut() {
+                match &mut l.watched {
+                    Watched::Query(view) => {
+                        let relevant: Vec<&(DocumentName, Option<Document>)> = changed
+                            .iter()
+                            .filter(|(n, d)| view.affected_by(n, d.as_ref()))
+                            .collect();
+                        if relevant.is_empty() && !l.include_metadata {
+                            continue;
+                        }
+                        // One change: its own delta. Several: the delta of the whole.
+                        let before = (relevant.len() > 1).then(|| view.documents().to_vec());
+                        let mut needs = false;
+                        let mut changes = Vec::new();
+                        for (name, doc) in relevant {
+                            let update = view.apply(name, doc.as_ref());
+                            needs |= update.needs_refill;
+                            changes = update.changes;
+                        }
+                        if needs {
+                            refill.push(*id);
+                            continue;
+                        }
+                        if let Some(before) = before {
+                            changes = diff(&before, view.documents());
+                        }
+                        let docs = view.documents().to_vec();
+                        let pending: Vec<bool> = docs
+                            .iter()
+                            .map(|d| pending_names.contains(&d.name))
+                            .collect();
+                        let has_pending_writes = pending.iter().any(|p| *p);
+                        let from_cache = !l.target.is_some_and(|t| {
+                            self.current_targets.borrow().contains(&t) && self.online.get()
+                        });
+                        let meta = (from_cache, has_pending_writes);
+                        let touched = changed
+                            .iter()
+                            .any(|(n, _)| docs.iter().any(|d| d.name == *n));
+                        if !changes.is_empty()
+                            || (touched && l.last_meta != Some(meta))
+                            || (l.include_metadata && l.last_meta != Some(meta))
+                        {
+                            l.last_meta = Some(meta);
+                            self.outbox.borrow_mut().push((
+                                l.callback.clone(),
+                                ListenEvent::Query {
+                                    docs,
+                                    pending,
+                                    changes,
+                                    from_cache,
+                                    has_pending_writes,
+                                },
+                            ));
+                        }
+                    }
+                    Watched::Document(name, current) => {
+                        if let Some((_, doc)) = changed.iter().find(|(n, _)| n == name) {
+                            let pending = pending_names.contains(name);
+                            let from_cache = !l.target.is_some_and(|t| {
+                                self.current_targets.borrow().contains(&t) && self.online.get()
+                            });
+                            let meta = (from_cache, pending);
+                            if *current != *doc || l.last_meta != Some(meta) {
+                                *current = doc.clone();
+                                l.last_meta = Some(meta);
+                                self.outbox.borrow_mut().push((
+                                    l.callback.clone(),
+                                    ListenEvent::Document {
+                                        name: name.clone(),
+                                        doc: doc.clone(),
+                                        from_cache,
+                                        has_pending_writes: pending,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for id in refill {
+            let q = match self.listeners.borrow().get(&id) {
+                Some(Listener {
+                    watched: Watched::Query(v),
+                    ..
+                }) => v.query().clone(),
+                _ => continue,
+            };
+            match self.query(&q).await {
+                Ok(docs) => self.reset_query_listener(id, docs),
+                Err(e) => self.fail_listener(id, e),
+            }
+        }
+        if let Some(hook) = self.on_local_change.borrow().as_ref() {
+            let names: Vec<DocumentName> = changed.iter().map(|(n, _)| n.clone()).collect();
+            hook(&names);
+        }
+        self.flush();
+    }
+
+    /// Removes listener `id` and queues its error.
+    fn fail_listener(&self, id: u64, e: ClientError) {
+        if let Some(l) = self.listeners.borrow_mut().remove(&id) {
+            self.outbox
+                .borrow_mut()
+                .push((l.callback, ListenEvent::Error(e)));
+        }
+    }
+
+    /// A relay target failed (e.g. a missing index on the relay, or permission).
+    pub fn target_failed(&self, target: u32, e: ClientError) {
+        let ids: Vec<u64> = self
+            .listeners
+            .borrow()
+            .iter()
+            .filter(|(_, l)| l.target == Some(target))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.fail_listener(id, e.clone());
+        }
+        self.flush();
+    }
+
+    /// Relay targets became consistent (a Snapshot): listeners raise `fromCache: false`.
+    pub fn targets_current(&self, targets: &[u32]) {
+        self.current_targets
+            .borrow_mut()
+            .extend(targets.iter().copied());
+        self.refresh_metadata();
+    }
+
+    /// The connection went up or down: `fromCache` changes for every listener.
+    pub fn set_online(&self, online: bool) {
+        self.online.set(online);
+        if !online {
+            self.current_targets.borrow_mut().clear();
+        }
+        self.refresh_metadata();
+    }
+
+    /// Queues a snapshot for every listener whose metadata changed.
+    fn refresh_metadata(&self) {
+        {
+            let pending_names = self.pending_names();
+            let mut ls = self.listeners.borrow_mut();
+            for l in ls.values_mut() {
+                let from_cache = !l.target.is_some_and(|t| {
+                    self.current_targets.borrow().contains(&t) && self.online.get()
+                });
+                match &l.watched {
+                    Watched::Query(view) => {
+                        let docs = view.documents().to_vec();
+                        let pending: Vec<bool> = docs
+                            .iter()
+                            .map(|d| pending_names.contains(&d.name))
+                            .collect();
+                        let has_pending_writes = pending.iter().any(|p| *p);
+                        let meta = (from_cache, has_pending_writes);
+                        if l.last_meta != Some(meta) {
+                            l.last_meta = Some(meta);
+                            self.outbox.borrow_mut().push((
+                                l.callback.clone(),
+                                ListenEvent::Query {
+                                    docs,
+                                    pending,
+                                    changes: Vec::new(),
+                                    from_cache,
+                                    has_pending_writes,
+                                },
+                            ));
+                        }
+                    }
+                    Watched::Document(name, doc) => {
+                        let pending = self.has_pending(name);
+                        let meta = (from_cache, pending);
+                        if l.last_meta != Some(meta) {
+                            l.last_meta = Some(meta);
+                            self.outbox.borrow_mut().push((
+                                l.callback.clone(),
+                                ListenEvent::Document {
+                                    name: name.clone(),
+                                    doc: doc.clone(),
+                                    from_cache,
+                                    has_pending_writes: pending,
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Documents that may not be evicted now: in a listener's result or watched, with a
+    /// pending write in this tab's queue, or recently read.
+    pub(super) fn held_names(&self) -> HashSet<DocumentName> {
+        let mut held = self.pending_names();
+        for l in self.listeners.borrow().values() {
+            match &l.watched {
+                Watched::Query(view) => {
+                    held.extend(view.documents().iter().map(|d| d.name.clone()));
+                }
+                Watched::Document(name, _) => {
+                    held.insert(name.clone());
+                }
+            }
+        }
+        held.extend(self.cache.recent());
+        held
+    }
+
+    /// Runs queued callbacks. Called only when no engine borrow is held.
+    pub fn flush(&self) {
+        loop {
+            let batch: Vec<(Callback, ListenEvent)> =
+                std::mem::take(&mut *self.outbox.borrow_mut());
+            if batch.is_empty() {
+                return;
+            }
+            for (cb, ev) in batch {
+                cb(ev);
+            }
+        }
+    }
+}

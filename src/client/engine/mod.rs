@@ -1,0 +1,349 @@
+//! The client engine: the local view in IndexedDB (server state with pending writes applied,
+//! indexed like the relay's), the persistent queue of pending write batches, local listeners
+//! with latency compensation, and the bookkeeping the sync layer feeds.
+//!
+//! Data flow:
+//! - a local write applies its mutations over the local view, stores the new documents, their
+//!   index entries, the untouched server version of each document (`remote`), and the batch,
+//!   in one IndexedDB transaction; then listeners fire (`hasPendingWrites: true`); then the
+//!   batch goes to the relay;
+//! - a server document (listen delta or read) replaces the `remote` base of a document with
+//!   pending writes and the pending batches are re-applied over it, or replaces the local
+//!   document directly;
+//! - an acknowledged batch leaves the queue; a refused one too, and its documents are rebuilt
+//!   from the server base and the remaining batches (a rollback), and listeners fire again.
+//!
+//! The parts: this module holds the [`Engine`] (opening, reads of the local view, the
+//! record of a document, the cache budget's trigger, closing); `queue` the write batches
+//! (local writes, acknowledgements, refusals, other contexts' queue changes); `listeners`
+//! the local listeners and their metadata; `server` the server's documents and index
+//! definitions entering the local view. The eviction itself is the `cache` module's.
+//!
+//! Architecture invariant: JS callbacks are queued while the engine updates and run only
+//! after, so a callback never re-enters the engine mid-update.
+
+use hearth_core::error::ErrorCode;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::rc::Rc;
+
+use super::cache::Cache;
+use super::error::ClientError;
+use super::idb_store::{IdbStore, Key, Store, WriteOp, META_INDEXED};
+use super::lock::AsyncLock;
+use hearth_core::document::Document;
+use hearth_core::encoding::document::{decode_document, encode_document};
+use hearth_core::index::config::IndexFile;
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::{document_entries, document_key};
+use hearth_core::path::DocumentName;
+use hearth_core::query::execute::{fetch, run_aggregation, run_query};
+use hearth_core::query::model::{Aggregation, Query};
+use hearth_core::value::Value;
+
+mod listeners;
+mod queue;
+mod server;
+
+pub use self::listeners::ListenEvent;
+use self::listeners::{Callback, Listener};
+pub use self::queue::Batch;
+
+/// A callback slot the sync layer fills.
+pub type Hook<F> = RefCell<Option<Box<F>>>;
+
+/// A promise's two ends, as Rust callbacks.
+pub type Settle = Box<dyn FnOnce(Result<u64, ClientError>)>;
+
+/// The engine of one open database.
+pub struct Engine {
+    /// The database's name: the IndexedDB database, the relay's database, the Web Lock.
+    pub name: String,
+    /// The local view, the write queue and the sync bookkeeping, in IndexedDB.
+    pub store: IdbStore,
+    /// The index definitions the local view is indexed by (replaced when the relay's differ).
+    pub catalog: RefCell<IndexCatalog>,
+    /// This browser profile's id towards the relay (stored, shared by its tabs and workers):
+    /// the relay recognises retried batches by it.
+    pub client_id: String,
+    /// Whether writes resolve on the relay's acknowledgement (else on local durability).
+    pub synced: bool,
+    /// The last batch id handed out, so ids keep increasing (see `next_batch_id`).
+    batch_seq: Cell<u64>,
+    /// This context's tag in its batch ids (see `next_batch_id`).
+    batch_tag: u8,
+    /// Pending batches, oldest first: this context's copy of the stored `mutations` store.
+    queue: RefCell<Vec<Batch>>,
+    /// Promises waiting on a batch's answer, by batch id.
+    waiters: RefCell<HashMap<u64, Vec<Settle>>>,
+    /// Local listeners by id.
+    listeners: RefCell<BTreeMap<u64, Listener>>,
+    /// The id of the next listener.
+    next_listener: Cell<u64>,
+    /// Relay targets that are current (a Snapshot arrived since they were listened).
+    current_targets: RefCell<BTreeSet<u32>>,
+    /// Whether the relay connection is up (`fromCache` is false only while it is).
+    online: Cell<bool>,
+    /// The write lock: serializes read-modify-write sequences on the local view.
+    lock: AsyncLock,
+    /// Serializes the handling of other contexts' change notices.
+    external: AsyncLock,
+    /// Callbacks queued during an update, run by `flush` once no engine state is borrowed.
+    outbox: RefCell<Vec<(Callback, ListenEvent)>>,
+    /// Hooks the sync layer installs. Called with each new batch (the sync layer sends it).
+    pub on_batch: Hook<dyn Fn(&Batch)>,
+    /// Called when a listener starts (the sync layer listens to the relay).
+    pub on_listen: Hook<dyn Fn(u64, &Query)>,
+    /// Called when a listener stops (the sync layer unlistens).
+    pub on_unlisten: Hook<dyn Fn(u64)>,
+    /// Called with the documents this context changed (tabs pass their names on).
+    pub on_local_change: Hook<dyn Fn(&[DocumentName])>,
+    /// Called when this context took the relay's answer to a batch (tabs pass it on).
+    pub on_settled: Hook<dyn Fn(u64, &Result<u64, ClientError>)>,
+    /// Called after an eviction deleted documents (the sync layer drops resume points).
+    pub on_evicted: Hook<dyn Fn()>,
+    /// The cache budget and its bookkeeping between collections.
+    pub cache: Cache,
+    /// Releases this context's shared "open" Web Lock (see `cache`).
+    open_lock: RefCell<Option<js_sys::Function>>,
+}
+
+/// The `meta` key of the stored client id.
+const META_CLIENT_ID: &str = "client-id";
+/// The `meta` key of the last index definitions received, used when opening offline.
+const META_INDEXES: &str = "indexes";
+
+/// The local clock in microseconds: the commit time of a write until the relay's arrives.
+fn now_micros() -> i64 {
+    (js_sys::Date::now() * 1000.0) as i64
+}
+
+impl Engine {
+    /// Opens the engine over `name`'s IndexedDB database. `indexes`: definitions given at
+    /// open; else the ones last received from the relay; else automatic indexes only.
+    pub async fn open(
+        name: &str,
+        indexes: Option<IndexFile>,
+        synced: bool,
+        cache_budget: Option<u64>,
+    ) -> Result<Rc<Engine>, ClientError> {
+        let store = IdbStore::open(name).await?;
+        let client_id = match store.get_meta(META_CLIENT_ID).await? {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            None => {
+                let id = crate::auto_id();
+                store
+                    .write(vec![WriteOp::Put {
+                        store: Store::Meta,
+                        key: Key::Text(META_CLIENT_ID.into()),
+                        value: id.as_bytes().to_vec(),
+                    }])
+                    .await?;
+                id
+            }
+        };
+        let file = match indexes {
+            Some(f) => f,
+            None => match store.get_meta(META_INDEXES).await? {
+                Some(b) => {
+                    hearth_core::index::config::parse_index_file(&String::from_utf8_lossy(&b))
+                        .unwrap_or_default()
+                }
+                None => IndexFile::default(),
+            },
+        };
+        let mut queue = Vec::new();
+        for (k, v) in store.all(Store::Mutations).await? {
+            let id =
+                u64::from_be_bytes(k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
+            queue.push(Batch::decode(id, &v)?);
+        }
+        queue.sort_by_key(|b| b.id);
+        let seq = queue.last().map_or(0, |b| b.id);
+        let catalog = IndexCatalog::from_file(&file);
+        // Records whose index keys follow other definitions (or schema 1's, which kept none
+        // in the record) are rewritten before anything reads them.
+        let indexed = store.get_meta(META_INDEXED).await?;
+        if indexed.as_deref() != Some(file.to_json().as_bytes()) {
+            reindex(&store, &catalog).await?;
+        }
+        Ok(Rc::new(Engine {
+            name: name.to_owned(),
+            store,
+            catalog: RefCell::new(catalog),
+            client_id,
+            synced,
+            batch_seq: Cell::new(seq),
+            batch_tag: (js_sys::Math::random() * 128.0) as u8 & 0x7f,
+            queue: RefCell::new(queue),
+            waiters: RefCell::new(HashMap::new()),
+            listeners: RefCell::new(BTreeMap::new()),
+            next_listener: Cell::new(1),
+            current_targets: RefCell::new(BTreeSet::new()),
+            online: Cell::new(false),
+            lock: AsyncLock::default(),
+            external: AsyncLock::default(),
+            outbox: RefCell::new(Vec::new()),
+            on_batch: RefCell::new(None),
+            on_listen: RefCell::new(None),
+            on_unlisten: RefCell::new(None),
+            on_local_change: RefCell::new(None),
+            on_evicted: RefCell::new(None),
+            on_settled: RefCell::new(None),
+            cache: Cache::new(cache_budget.filter(|_| synced)),
+            open_lock: RefCell::new(crate::client::cache::hold_open_lock(name)),
+        }))
+    }
+
+    /// The local view of one document, without counting it as a recent read.
+    async fn local_doc(&self, name: &DocumentName) -> Result<Option<Document>, ClientError> {
+        let read = self.store.read().await?;
+        fetch(&read, name).await.map_err(ClientError::from)
+    }
+
+    /// The write op that makes `new` the local view of `name` (its record carries its index
+    /// keys; IndexedDB replaces the old record's).
+    fn doc_op(&self, name: &DocumentName, new: Option<&Document>) -> Result<WriteOp, ClientError> {
+        let key = document_key(name);
+        Ok(match new {
+            Some(d) => WriteOp::PutDocument {
+                key,
+                value: encode_document(d).map_err(|e| ClientError::invalid(e.to_string()))?,
+                index_keys: document_entries(&self.catalog.borrow(), d)
+                    .into_iter()
+                    .collect(),
+                used: js_sys::Date::now(),
+            },
+            None => WriteOp::Delete {
+                store: Store::Documents,
+                key: Key::Bytes(key),
+            },
+        })
+    }
+
+    /// Runs a query over the local view.
+    pub async fn query(&self, q: &Query) -> Result<Vec<Document>, ClientError> {
+        let read = self.store.read().await?;
+        let catalog = self.catalog.borrow().clone();
+        let docs = run_query(&read, &catalog, q).await?;
+        self.cache.read(docs.iter().map(|d| &d.name));
+        Ok(docs)
+    }
+
+    /// Runs aggregations over a query's result in the local view.
+    pub async fn aggregate(
+        &self,
+        q: &Query,
+        aggs: &[Aggregation],
+    ) -> Result<Vec<Value>, ClientError> {
+        let read = self.store.read().await?;
+        let catalog = self.catalog.borrow().clone();
+        Ok(run_aggregation(&read, &catalog, q, aggs).await?)
+    }
+
+    /// The local view of one document.
+    pub async fn get_document(&self, name: &DocumentName) -> Result<Option<Document>, ClientError> {
+        let doc = self.local_doc(name).await?;
+        self.cache.read([name]);
+        Ok(doc)
+    }
+
+    /// Whether a pending batch writes `name` (`hasPendingWrites`).
+    pub fn is_pending(&self, name: &DocumentName) -> bool {
+        self.has_pending(name)
+    }
+
+    /// Counts bytes stored towards the cache budget, and starts a collection when due.
+    fn wrote(self: &Rc<Self>, bytes: u64) {
+        if self.cache.wrote(bytes) {
+            let engine = self.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let _ = engine.collect_garbage().await;
+            });
+        }
+    }
+
+    /// Enforces the cache budget (see `cache`): returns how many documents were evicted.
+    pub async fn collect_garbage(self: &Rc<Self>) -> Result<usize, ClientError> {
+        let evicted = self
+            .cache
+            .collect(&self.name, &self.store, &self.lock, self.held_keys())
+            .await?;
+        if evicted > 0 {
+            if let Some(hook) = self.on_evicted.borrow().as_ref() {
+                hook();
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// The document keys a collection may not evict (see `held_names`), with the pending
+    /// writes of every tab (from the `mutations` store).
+    async fn held_keys(&self) -> Result<HashSet<Vec<u8>>, ClientError> {
+        let mut held: HashSet<Vec<u8>> = self.held_names().iter().map(document_key).collect();
+        // Pending writes of every tab.
+        for (k, v) in self.store.all(Store::Mutations).await? {
+            let id =
+                u64::from_be_bytes(k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
+            if let Ok(b) = Batch::decode(id, &v) {
+                held.extend(b.names().iter().map(document_key));
+            }
+        }
+        Ok(held)
+    }
+
+    /// Resolves when every batch written before the call is acknowledged.
+    pub fn wait_for_pending(&self, settle: Settle) {
+        let last = self.queue.borrow().last().map(|b| b.id);
+        match last {
+            None => settle(Ok(0)),
+            Some(id) => self
+                .waiters
+                .borrow_mut()
+                .entry(id)
+                .or_default()
+                .push(settle),
+        }
+    }
+
+    /// Rejects every waiting write promise (the database closed).
+    pub fn close(&self) {
+        for (_, ws) in self.waiters.borrow_mut().drain() {
+            for settle in ws {
+                settle(Err(ClientError::new(ErrorCode::Unavailable, "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")));
+            }
+        }
+        self.listeners.borrow_mut().clear();
+        if let Some(release) = self.open_lock.borrow_mut().take() {
+            let _ = release.call0(&wasm_bindgen::JsValue::UNDEFINED);
+        }
+        self.store.close();
+    }
+}
+
+/// Rewrites every document record with its index keys under `catalog`, in one transaction,
+/// and records the definitions they follow (`META_INDEXED`) and the catalog's definitions
+/// (`META_INDEXES`, for offline use).
+async fn reindex(store: &IdbStore, catalog: &IndexCatalog) -> Result<(), ClientError> {
+    let now = js_sys::Date::now();
+    let mut ops = Vec::new();
+    for (key, v) in store.all(Store::Documents).await? {
+        let doc = decode_document(&v)
+            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))?;
+        ops.push(WriteOp::PutDocument {
+            key,
+            index_keys: document_entries(catalog, &doc).into_iter().collect(),
+            value: v,
+            used: now,
+        });
+    }
+    let json = catalog.file().to_json().into_bytes();
+    for meta in [META_INDEXES, META_INDEXED] {
+        ops.push(WriteOp::Put {
+            store: Store::Meta,
+            key: Key::Text(meta.into()),
+            value: json.clone(),
+        });
+    }
+    store.write(ops).await
+}

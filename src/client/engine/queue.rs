@@ -1,0 +1,444 @@
+//! The queue of pending write batches: a local write (applied over the local view, stored
+//! with its batch, listeners raised, then handed to the relay), the relay's acknowledgement
+//! or refusal (a rollback), and the queue another context of the origin changed.
+
+use hearth_core::error::ErrorCode;
+use std::cell::Cell;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::rc::Rc;
+
+use super::server::{decode_remote, encode_remote};
+use super::{now_micros, Engine, Settle};
+use crate::client::cache::stored_bytes;
+use crate::client::error::ClientError;
+use crate::client::idb_store::{Key, Store, WriteOp};
+use hearth_core::document::Document;
+use hearth_core::encoding::document::decode_document;
+use hearth_core::index::keys::document_key;
+use hearth_core::kv::Table;
+use hearth_core::mutation::{ApplyContext, Mutation};
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::codec::{decode_mutation, encode_mutation};
+use hearth_core::query::execute::fetch;
+use hearth_core::value::Timestamp;
+
+/// One pending write batch.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    /// The batch id: the queue's order, and the relay's key for recognising a retry.
+    pub id: u64,
+    /// The writes, applied in order and committed together.
+    pub mutations: Vec<Mutation>,
+}
+
+impl Batch {
+    /// The documents the batch writes.
+    pub(super) fn names(&self) -> BTreeSet<DocumentName> {
+        self.mutations.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// The stored form (a value of the `mutations` store): the number of mutations, then
+    /// each one's length and encoding, lengths as big-endian `u32`s.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = (self.mutations.len() as u32).to_be_bytes().to_vec();
+        for m in &self.mutations {
+            let mut b = Vec::new();
+            encode_mutation(m, &mut b);
+            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    /// Reads the stored form back; anything `encode` could not have written is `data-loss`.
+    pub(super) fn decode(id: u64, bytes: &[u8]) -> Result<Batch, ClientError> {
+        let corrupt = || {
+            ClientError::new(
+                ErrorCode::DataLoss,
+                format!("stored write batch {id} is corrupt"),
+            )
+        };
+        let take = |b: &[u8], at: usize| -> Option<u32> {
+            Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+        };
+        let n = take(bytes, 0).ok_or_else(corrupt)? as usize;
+        let mut at = 4;
+        let mut mutations = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            let len = take(bytes, at).ok_or_else(corrupt)? as usize;
+            at += 4;
+            let b = bytes.get(at..at + len).ok_or_else(corrupt)?;
+            mutations.push(decode_mutation(b).map_err(|_| corrupt())?);
+            at += len;
+        }
+        Ok(Batch { id, mutations })
+    }
+}
+
+impl Engine {
+    /// Pending batches, oldest first.
+    pub fn pending_batches(&self) -> Vec<Batch> {
+        self.queue.borrow().clone()
+    }
+
+    /// Whether a pending batch writes `name`.
+    pub(super) fn has_pending(&self, name: &DocumentName) -> bool {
+        self.queue
+            .borrow()
+            .iter()
+            .any(|b| b.mutations.iter().any(|m| m.name == *name))
+    }
+
+    /// Names of every document with a pending write (one pass over the queue).
+    pub(super) fn pending_names(&self) -> HashSet<DocumentName> {
+        self.queue
+            .borrow()
+            .iter()
+            .flat_map(|b| b.mutations.iter().map(|m| m.name.clone()))
+            .collect()
+    }
+
+    /// A new batch id, increasing. Tabs and workers of one origin share the client id, and the
+    /// relay takes a batch id it has seen from that client as a retry: so ids are
+    /// `ms << 11 | tag << 4 | n`, with this context's random 7-bit `tag`. Two contexts collide
+    /// only when both write in the same millisecond with the same tag (1 in 128). Ids stay
+    /// below 2^53 (exact as IndexedDB number keys) until 2109, and above schema-1 ids
+    /// (`ms << 10`).
+    fn next_batch_id(&self) -> u64 {
+        let time_based = ((js_sys::Date::now() as u64) << 11) | (u64::from(self.batch_tag) << 4);
+        let id = time_based.max(self.batch_seq.get() + 1);
+        self.batch_seq.set(id);
+        id
+    }
+
+    /// Applies a batch locally: durable in IndexedDB, listeners raised, then handed to the
+    /// relay. `settle` runs with the commit version on acknowledgement (or local durability
+    /// without a relay), or with the refusal.
+    pub async fn write(self: &Rc<Self>, mutations: Vec<Mutation>, settle: Settle) {
+        match self.write_local(mutations).await {
+            Err(e) => settle(Err(e)),
+            Ok(batch) => {
+                if self.synced {
+                    self.waiters
+                        .borrow_mut()
+                        .entry(batch.id)
+                        .or_default()
+                        .push(settle);
+                    if let Some(send) = self.on_batch.borrow().as_ref() {
+                        send(&batch);
+                    }
+                } else {
+                    settle(Ok(0));
+                }
+            }
+        }
+    }
+
+    async fn write_local(self: &Rc<Self>, mutations: Vec<Mutation>) -> Result<Batch, ClientError> {
+        for m in &mutations {
+            m.validate()?;
+        }
+        let guard = self.lock.lock().await;
+        let batch = Batch {
+            id: self.next_batch_id(),
+            mutations,
+        };
+        let ctx = ApplyContext {
+            commit_version: 0,
+            commit_time: Timestamp::from_micros(now_micros())
+                .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
+        };
+        // Every base document is requested at once (IndexedDB overlaps the reads), in one
+        // read transaction. Without a relay, a plain overwrite or delete needs no base: the
+        // local copy is the database and no server base is kept. With one, the base is the
+        // rollback point.
+        let mut distinct: Vec<DocumentName> = Vec::new();
+        let mut seen: HashSet<&DocumentName> = HashSet::new();
+        for m in &batch.mutations {
+            if (self.synced || m.reads_base()) && seen.insert(&m.name) {
+                distinct.push(m.name.clone());
+            }
+        }
+        drop(seen);
+        let read = if distinct.is_empty() {
+            None
+        } else {
+            Some(self.store.read().await?)
+        };
+        let mut bases: HashMap<DocumentName, Option<Document>> = HashMap::new();
+        if let Some(read) = &read {
+            let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
+            let fetched = hearth_core::kv::KvRead::get_many(read, Table::Documents, &keys)
+                .await
+                .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
+            for (name, bytes) in distinct.into_iter().zip(fetched) {
+                let doc = bytes
+                    .map(|b| {
+                        decode_document(&b)
+                            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))
+                    })
+                    .transpose()?;
+                bases.insert(name, doc);
+            }
+        }
+        let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+        let mut position: HashMap<DocumentName, usize> = HashMap::new();
+        for m in &batch.mutations {
+            let pos = position.get(&m.name).copied();
+            let base = match pos {
+                Some(i) => touched[i].2.clone(),
+                None => bases.remove(&m.name).flatten(),
+            };
+            let new = m.apply(base.as_ref(), &ctx)?;
+            match pos {
+                Some(i) => touched[i].2 = new,
+                None => {
+                    position.insert(m.name.clone(), touched.len());
+                    touched.push((m.name.clone(), base, new));
+                }
+            }
+        }
+        let mut ops = Vec::with_capacity(touched.len() + 1);
+        // The local document equals the server's when it has no pending write: it becomes the
+        // base to rebuild from, unless one is already kept.
+        let need_base: Vec<usize> = if self.synced {
+            let pending = self.pending_names();
+            (0..touched.len())
+                .filter(|&i| !pending.contains(&touched[i].0))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let base_keys: Vec<Vec<u8>> = need_base
+            .iter()
+            .map(|&i| document_key(&touched[i].0))
+            .collect();
+        let kept = match &read {
+            Some(read) if !base_keys.is_empty() => read.get_many_remote(&base_keys).await?,
+            _ => Vec::new(),
+        };
+        for ((&i, key), kept) in need_base.iter().zip(base_keys).zip(kept) {
+            if kept.is_none() {
+                ops.push(WriteOp::Put {
+                    store: Store::Remote,
+                    key: Key::Bytes(key),
+                    value: encode_remote(touched[i].1.as_ref())?,
+                });
+            }
+        }
+        drop(read);
+        // The document records are encoded as their requests are made (see `write_iter`).
+        let written = Cell::new(0u64);
+        let docs = touched.iter().map(|(name, _, new)| {
+            let op = self.doc_op(name, new.as_ref());
+            if let Ok(op) = &op {
+                written.set(written.get() + stored_bytes(op));
+            }
+            op
+        });
+        let mut scope = vec![Store::Documents];
+        let mut queued = None;
+        if self.synced {
+            // Queued until the relay acknowledges it. (Without a relay the local copy is the
+            // database: nothing is queued.)
+            scope.extend([Store::Remote, Store::Mutations]);
+            queued = Some(WriteOp::Put {
+                store: Store::Mutations,
+                key: Key::Number(batch.id as f64),
+                value: batch.encode(),
+            });
+        }
+        let in_flight = self
+            .store
+            .begin_write(
+                &scope,
+                ops.into_iter()
+                    .map(Ok)
+                    .chain(docs)
+                    .chain(queued.into_iter().map(Ok)),
+            )
+            .await?;
+        if self.synced {
+            self.queue.borrow_mut().push(batch.clone());
+        }
+        // The next writer may go on: IndexedDB orders its reads after this transaction.
+        drop(guard);
+        // Latency compensation: listeners see the write while IndexedDB commits it. Reads
+        // they make now are ordered after the write's transaction, so they see it too.
+        let changed: Vec<(DocumentName, Option<Document>)> =
+            touched.into_iter().map(|(n, _, new)| (n, new)).collect();
+        self.local_changed(&changed).await;
+        if let Err(e) = in_flight.done().await {
+            // Nothing was stored: listeners go back to what is (reads made now are ordered
+            // after any later write's transaction too).
+            self.queue.borrow_mut().retain(|b| b.id != batch.id);
+            let mut restored = Vec::with_capacity(changed.len());
+            for (name, _) in changed {
+                if let Ok(doc) = self.local_doc(&name).await {
+                    restored.push((name, doc));
+                }
+            }
+            self.local_changed(&restored).await;
+            return Err(e);
+        }
+        self.wrote(written.get());
+        Ok(batch)
+    }
+
+    /// The relay acknowledged `batch_id` at `version`.
+    pub async fn acknowledge(
+        self: &Rc<Self>,
+        batch_id: u64,
+        version: u64,
+    ) -> Result<(), ClientError> {
+        let found = self.queued_names(batch_id);
+        let Some(names) = found else {
+            // Another context (sharing the queue) already took this acknowledgement; the
+            // stored batch goes too, should this context's queue have missed it.
+            self.store
+                .write(vec![WriteOp::Delete {
+                    store: Store::Mutations,
+                    key: Key::Number(batch_id as f64),
+                }])
+                .await?;
+            self.settle_waiters(batch_id, Ok(version));
+            return Ok(());
+        };
+        let guard = self.lock.lock().await;
+        self.queue.borrow_mut().retain(|b| b.id != batch_id);
+        let mut ops = vec![WriteOp::Delete {
+            store: Store::Mutations,
+            key: Key::Number(batch_id as f64),
+        }];
+        for n in &names {
+            if !self.has_pending(n) {
+                // No batch is pending on it: the local view is now the server's (until the
+                // relay sends the committed document, which replaces it).
+                ops.push(WriteOp::Delete {
+                    store: Store::Remote,
+                    key: Key::Bytes(document_key(n)),
+                });
+            }
+        }
+        self.store.write(ops).await?;
+        drop(guard);
+        let mut changed = Vec::new();
+        for n in names {
+            changed.push((n.clone(), self.local_doc(&n).await?));
+        }
+        self.local_changed(&changed).await;
+        self.settle_waiters(batch_id, Ok(version));
+        if let Some(hook) = self.on_settled.borrow().as_ref() {
+            hook(batch_id, &Ok(version));
+        }
+        Ok(())
+    }
+
+    /// The documents batch `batch_id` writes, if it is in this context's queue.
+    fn queued_names(&self, batch_id: u64) -> Option<BTreeSet<DocumentName>> {
+        self.queue
+            .borrow()
+            .iter()
+            .find(|b| b.id == batch_id)
+            .map(Batch::names)
+    }
+
+    /// Settles the promises waiting on `batch_id` (acknowledged with its commit version, or
+    /// refused), whichever context took the relay's answer.
+    pub fn settle_waiters(&self, batch_id: u64, result: Result<u64, ClientError>) {
+        let waiting = self.waiters.borrow_mut().remove(&batch_id);
+        for settle in waiting.into_iter().flatten() {
+            settle(result.clone());
+        }
+    }
+
+    /// The relay refused `batch_id`: roll it back and rebuild its documents.
+    pub async fn reject(
+        self: &Rc<Self>,
+        batch_id: u64,
+        error: ClientError,
+    ) -> Result<(), ClientError> {
+        let found = self.queued_names(batch_id);
+        let Some(names) = found else {
+            self.settle_waiters(batch_id, Err(error));
+            return Ok(());
+        };
+        let guard = self.lock.lock().await;
+        self.queue.borrow_mut().retain(|b| b.id != batch_id);
+        let mut ops = vec![WriteOp::Delete {
+            store: Store::Mutations,
+            key: Key::Number(batch_id as f64),
+        }];
+        let mut changed = Vec::new();
+        for n in names {
+            let key = document_key(&n);
+            let read = self.store.read().await?;
+            let base = match read.get_remote(&key).await? {
+                Some(b) => decode_remote(&b)?,
+                None => fetch(&read, &n).await?,
+            };
+            drop(read);
+            let rebuilt = self.rebuild(&n, base)?;
+            ops.push(self.doc_op(&n, rebuilt.as_ref())?);
+            if !self.has_pending(&n) {
+                ops.push(WriteOp::Delete {
+                    store: Store::Remote,
+                    key: Key::Bytes(key),
+                });
+            }
+            changed.push((n, rebuilt));
+        }
+        self.store.write(ops).await?;
+        drop(guard);
+        self.local_changed(&changed).await;
+        if let Some(hook) = self.on_settled.borrow().as_ref() {
+            hook(batch_id, &Err(error.clone()));
+        }
+        self.settle_waiters(batch_id, Err(error));
+        Ok(())
+    }
+
+    /// Another tab changed these documents: re-read them and raise listeners.
+    pub async fn external_change(self: &Rc<Self>, names: Vec<DocumentName>) {
+        // One at a time, in arrival order: a later notice's reads must not be overtaken by an
+        // earlier one's (its queue would then be stale, e.g. still holding an acknowledged
+        // batch).
+        let _turn = self.external.lock().await;
+        // And not while this context writes: a queue read begun before one of its own
+        // batches reached IndexedDB would drop that batch from memory.
+        let guard = self.lock.lock().await;
+        let mut changed = Vec::new();
+        for n in names {
+            if let Ok(d) = self.local_doc(&n).await {
+                changed.push((n, d));
+            }
+        }
+        // The other tab's queue may have changed too.
+        if let Ok(rows) = self.store.all(Store::Mutations).await {
+            let mut queue = Vec::new();
+            for (k, v) in rows {
+                let id = u64::from_be_bytes(
+                    k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]),
+                );
+                if let Ok(b) = Batch::decode(id, &v) {
+                    queue.push(b);
+                }
+            }
+            queue.sort_by_key(|b| b.id);
+            *self.queue.borrow_mut() = queue;
+        }
+        drop(guard);
+        self.local_changed_without_broadcast(changed).await;
+    }
+
+    /// Raises listeners without passing the names on to other contexts (one of them made
+    /// the change).
+    async fn local_changed_without_broadcast(
+        self: &Rc<Self>,
+        changed: Vec<(DocumentName, Option<Document>)>,
+    ) {
+        let hook = self.on_local_change.borrow_mut().take();
+        self.local_changed(&changed).await;
+        *self.on_local_change.borrow_mut() = hook;
+    }
+}

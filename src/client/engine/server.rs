@@ -1,0 +1,130 @@
+//! The server's side of the local view: documents the relay sent (listen deltas, reads)
+//! replace the stored server base (`remote`) of documents with pending writes, which are
+//! rebuilt over it, or become the local document directly; and index definitions from the
+//! relay's Welcome re-index the local view.
+
+use hearth_core::error::ErrorCode;
+use std::rc::Rc;
+
+use super::{now_micros, reindex, Engine};
+use crate::client::cache::stored_bytes;
+use crate::client::error::ClientError;
+use crate::client::idb_store::{Key, Store, WriteOp};
+use hearth_core::document::Document;
+use hearth_core::encoding::document::{decode_document, encode_document};
+use hearth_core::index::config::IndexFile;
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::document_key;
+use hearth_core::kv::Table;
+use hearth_core::mutation::ApplyContext;
+use hearth_core::path::DocumentName;
+use hearth_core::value::Timestamp;
+
+impl Engine {
+    /// Replaces the index definitions (from the relay's Welcome), rebuilding local entries.
+    pub async fn set_indexes(self: &Rc<Self>, file: IndexFile) -> Result<(), ClientError> {
+        if *self.catalog.borrow().file() == file {
+            return Ok(());
+        }
+        let _g = self.lock.lock().await;
+        let catalog = IndexCatalog::from_file(&file);
+        reindex(&self.store, &catalog).await?;
+        *self.catalog.borrow_mut() = catalog;
+        Ok(())
+    }
+
+    /// Re-applies the pending batches touching `name` over the server `base`.
+    pub(super) fn rebuild(
+        &self,
+        name: &DocumentName,
+        base: Option<Document>,
+    ) -> Result<Option<Document>, ClientError> {
+        let ctx = ApplyContext {
+            commit_version: 0,
+            commit_time: Timestamp::from_micros(now_micros())
+                .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
+        };
+        let mut doc = base;
+        for b in self.queue.borrow().iter() {
+            for m in b.mutations.iter().filter(|m| m.name == *name) {
+                // A pending mutation that no longer applies (e.g. its precondition) is left to
+                // the relay to refuse; locally the document keeps its prior state.
+                if let Ok(d) = m.apply(doc.as_ref(), &ctx) {
+                    doc = d;
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    /// Server states of documents (from a listen or a read) enter the local view.
+    pub async fn server_documents(
+        self: &Rc<Self>,
+        docs: Vec<(DocumentName, Option<Document>)>,
+    ) -> Result<(), ClientError> {
+        if docs.is_empty() {
+            return Ok(());
+        }
+        let guard = self.lock.lock().await;
+        let mut ops = Vec::new();
+        let mut changed = Vec::new();
+        {
+            let read = self.store.read().await?;
+            let keys: Vec<Vec<u8>> = docs.iter().map(|(n, _)| document_key(n)).collect();
+            let olds = hearth_core::kv::KvRead::get_many(&read, Table::Documents, &keys)
+                .await
+                .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
+            let pending = self.pending_names();
+            for ((name, server), old) in docs.into_iter().zip(olds) {
+                let old = old
+                    .map(|b| {
+                        decode_document(&b)
+                            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))
+                    })
+                    .transpose()?;
+                let local = if pending.contains(&name) {
+                    ops.push(WriteOp::Put {
+                        store: Store::Remote,
+                        key: Key::Bytes(document_key(&name)),
+                        value: encode_remote(server.as_ref())?,
+                    });
+                    self.rebuild(&name, server)?
+                } else {
+                    server
+                };
+                if old != local {
+                    ops.push(self.doc_op(&name, local.as_ref())?);
+                    changed.push((name, local));
+                }
+            }
+        }
+        let written = ops.iter().map(stored_bytes).sum();
+        self.store.write(ops).await?;
+        drop(guard);
+        self.local_changed(&changed).await;
+        self.wrote(written);
+        Ok(())
+    }
+}
+
+/// A server base document: present (encoded) or absent (one zero byte).
+pub(super) fn encode_remote(doc: Option<&Document>) -> Result<Vec<u8>, ClientError> {
+    match doc {
+        Some(d) => {
+            let mut v = vec![1u8];
+            v.extend(encode_document(d).map_err(|e| ClientError::invalid(e.to_string()))?);
+            Ok(v)
+        }
+        None => Ok(vec![0u8]),
+    }
+}
+
+/// The server base document stored by `encode_remote`.
+pub(super) fn decode_remote(b: &[u8]) -> Result<Option<Document>, ClientError> {
+    match b.split_first() {
+        Some((1, rest)) => decode_document(rest)
+            .map(Some)
+            .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string())),
+        _ => Ok(None),
+    }
+}
