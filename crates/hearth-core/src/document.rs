@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use super::path::{DocumentName, FieldPath, MAX_FIELD_NAME_BYTES};
 use super::value::{Map, Value};
+use crate::encoding::document::DecodeError;
+use crate::error::ErrorCode;
 
 /// Largest encoded document, in bytes.
 pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -44,6 +46,25 @@ pub enum DocumentError {
     ReservedFieldName { name: String },
     #[error("field `{field}` holds an array directly inside an array, which is not allowed")]
     NestedArray { field: String },
+    /// The stored bytes a write had to read (the document it replaces) do not decode: only
+    /// corruption, or a writer other than this encoder, leaves such bytes.
+    #[error("the stored document is corrupt: {source}")]
+    Corrupt {
+        /// Why the stored bytes do not decode (boxed: a [`DecodeError`] can itself carry a
+        /// `DocumentError`).
+        source: Box<DecodeError>,
+    },
+}
+
+impl DocumentError {
+    /// The stable code: `data-loss` for a corrupt stored document; `invalid-argument` for a
+    /// document that breaks a limit, since the writer can fix it.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            DocumentError::Corrupt { .. } => ErrorCode::DataLoss,
+            _ => ErrorCode::InvalidArgument,
+        }
+    }
 }
 
 impl Document {

@@ -17,6 +17,8 @@ use std::ops::Bound;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
+use crate::document::DocumentError;
+
 /// The tables of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Table {
@@ -165,12 +167,16 @@ impl KvRead for MemStore {
 impl MemStore {
     /// Replaces the document `name` with `new` (or deletes it), keeping the index table exactly
     /// consistent. Returns the index entries removed and added.
+    ///
+    /// Refuses, changing nothing, a `new` document the encoding refuses, and a stored
+    /// document that does not decode ([`DocumentError::Corrupt`], `data-loss`): its index
+    /// entries cannot be known, so they cannot be removed.
     pub fn write_document(
         &mut self,
         catalog: &crate::index::def::IndexCatalog,
         name: &crate::path::DocumentName,
         new: Option<&crate::document::Document>,
-    ) -> Result<crate::index::keys::IndexDiff, crate::document::DocumentError> {
+    ) -> Result<crate::index::keys::IndexDiff, DocumentError> {
         use crate::encoding::document::{decode_document, encode_document};
         use crate::index::keys::{document_key, index_diff};
         let key = document_key(name);
@@ -178,7 +184,11 @@ impl MemStore {
         let old = self
             .documents
             .get(&key)
-            .map(|b| decode_document(b).expect("the memory store holds only documents it encoded"));
+            .map(|b| decode_document(b))
+            .transpose()
+            .map_err(|e| DocumentError::Corrupt {
+                source: Box::new(e),
+            })?;
         let diff = index_diff(catalog, old.as_ref(), new);
         for k in &diff.deletes {
             self.index.remove(k);

@@ -317,14 +317,20 @@ impl IndexCatalog {
 }
 
 /// Every field path of a document (maps and their subfields), with whether it holds an array.
+///
+/// A name that no field path can spell (empty, or over the length limit) is in no index, nor
+/// is anything below it: no query can name it, so an entry for it could never be read. Valid
+/// documents have no such names (the document encoding refuses them both ways, so a stored
+/// document that had one is a decode error, `data-loss`); this keeps index maintenance total
+/// for any document in memory rather than trusting that.
 fn collect_field_paths(map: &Map, prefix: &mut Vec<String>, out: &mut Vec<(FieldPath, bool)>) {
     for (k, v) in map {
         prefix.push(k.clone());
-        let path = FieldPath::from_segments(prefix.clone())
-            .expect("stored documents have valid field names");
-        out.push((path, matches!(v, Value::Array(_))));
-        if let Value::Map(m) = v {
-            collect_field_paths(m, prefix, out);
+        if let Ok(path) = FieldPath::from_segments(prefix.clone()) {
+            out.push((path, matches!(v, Value::Array(_))));
+            if let Value::Map(m) = v {
+                collect_field_paths(m, prefix, out);
+            }
         }
         prefix.pop();
     }

@@ -19,7 +19,7 @@ use crate::encoding::document::decode_document;
 use crate::encoding::key::{prefix_end, split_kinds};
 use crate::index::def::IndexCatalog;
 use crate::index::keys::{decode_document_key, decode_entry, document_key};
-use crate::kv::{KeyRange, KvRead, Row, Table};
+use crate::kv::{KeyRange, KvError, KvRead, Row, Table};
 use crate::path::DocumentName;
 use crate::value::{Map, Value};
 
@@ -203,6 +203,13 @@ impl BranchStream {
                     }
                     let keys: Vec<Vec<u8>> = names.iter().map(document_key).collect();
                     let docs = kv.get_many(Table::Documents, &keys).await?;
+                    if docs.len() != keys.len() {
+                        return Err(QueryError::Storage(KvError(format!(
+                            "{} documents read, {} answered",
+                            keys.len(),
+                            docs.len()
+                        ))));
+                    }
                     for (name, bytes) in names.into_iter().zip(docs) {
                         let doc = bytes
                             .map(|b| decode_document(&b).map_err(corrupt))
@@ -210,7 +217,12 @@ impl BranchStream {
                         self.prefetched.push_back((name, doc));
                     }
                 }
-                let (name, doc) = self.prefetched.pop_front().expect("filled above");
+                let Some((name, doc)) = self.prefetched.pop_front() else {
+                    // Rows were read, so names were: a store that answers none is broken.
+                    return Err(QueryError::Storage(KvError(
+                        "the store answered no documents for index rows".into(),
+                    )));
+                };
                 return doc.map(Some).ok_or_else(|| {
                     corrupt(format!("index entry for `{name}` but no such document"))
                 });

@@ -3,6 +3,7 @@
 // Test helpers unwrap: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod corrupt;
 mod doc_encoding;
 mod index_config;
 mod index_maintenance;

@@ -3,7 +3,7 @@
 //! the offset of the refused item, never a panic.
 
 use super::{tag, DecodeError, FORMAT_VERSION, MAX_DECODE_DEPTH, MAX_PREALLOC};
-use crate::document::Document;
+use crate::document::{validate_fields, Document, DocumentError, MAX_DOCUMENT_BYTES};
 use crate::encoding::varint::{self, unzigzag, VarintError};
 use crate::path::{DocumentName, PathError, MAX_PATH_SEGMENTS};
 use crate::value::{GeoPoint, Map, Timestamp, Value};
@@ -24,8 +24,19 @@ pub fn decode_fields(bytes: &[u8]) -> Result<(Map, usize), DecodeError> {
     Ok((m, r.pos))
 }
 
-/// Decodes a document written by [`encode_document`](super::encode_document). The whole slice must be one document.
+/// Decodes a document written by [`encode_document`](super::encode_document). The whole
+/// slice must be one document.
+///
+/// Accepts exactly what `encode_document` can write: besides the
+/// canonical form, the document must keep to the size limit and the field rules, so that
+/// whatever decodes can be indexed, served and written back unchanged.
 pub fn decode_document(bytes: &[u8]) -> Result<Document, DecodeError> {
+    if bytes.len() > MAX_DOCUMENT_BYTES {
+        return Err(DecodeError::Limit {
+            offset: 0,
+            source: DocumentError::TooLarge { size: bytes.len() },
+        });
+    }
     let mut r = Reader { bytes, pos: 0 };
     let version = r.byte()?;
     if version != FORMAT_VERSION {
@@ -34,6 +45,7 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, DecodeError> {
     let name = r.name()?;
     let create_version = r.varint()?;
     let update_version = r.varint()?;
+    let fields_at = r.pos;
     let fields = r.fields(0)?;
     if r.pos != bytes.len() {
         return Err(DecodeError::TrailingBytes {
@@ -41,6 +53,11 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, DecodeError> {
             count: bytes.len() - r.pos,
         });
     }
+    // The reader bounds nesting at MAX_DECODE_DEPTH, so this walk is bounded too.
+    validate_fields(&fields).map_err(|source| DecodeError::Limit {
+        offset: fields_at,
+        source,
+    })?;
     Ok(Document {
         name,
         fields: fields.into(),

@@ -50,12 +50,19 @@
 //! - Self-delimiting: [`decode_value`] reports how many bytes it used, so values can be
 //!   concatenated; a strict prefix of an encoding never decodes.
 //! - Untrusted input: decoding arbitrary bytes never panics (anything but a canonical
-//!   encoding is an `Err`), never recurses more than [`MAX_DECODE_DEPTH`] containers deep, and never reserves memory for a
-//!   count before checking that the remaining input could hold that many items.
-//! - The decoder checks structure, names, timestamps and geopoints. Document limits (field
-//!   names, depth 20, nested arrays, size) are checked by [`encode_document`]; a caller that
-//!   receives documents from a peer it does not trust runs
-//!   [`validate_fields`](crate::document::validate_fields) itself.
+//!   encoding is an `Err`), never recurses more than [`MAX_DECODE_DEPTH`] containers deep,
+//!   and never reserves memory for a count before checking that the remaining input could
+//!   hold that many items.
+//! - Every decoder checks structure, names, timestamps and geopoints. [`decode_document`]
+//!   also holds a document to every rule [`encode_document`] enforces (at most
+//!   [`MAX_DOCUMENT_BYTES`](crate::document::MAX_DOCUMENT_BYTES) bytes, and the field rules of
+//!   [`validate_fields`](crate::document::validate_fields): field names non-empty, at most
+//!   1500 bytes and not `__reserved__`, nesting at most 20 levels, no array directly inside an
+//!   array), so it accepts exactly the bytes the encoder can write: a stored document that
+//!   breaks a rule is corruption ([`DecodeError::code`] is `data-loss`), never a document
+//!   that later code cannot index. [`decode_value`] and [`decode_fields`] read values and
+//!   field maps that are not stored documents (query operands, mutation data); their rules
+//!   are checked where those are used.
 //!
 //! All lengths and counts are written as 64-bit varints and read back with checked
 //! conversions, since `usize` is 32 bits on wasm32.
@@ -68,6 +75,8 @@ mod tests;
 pub use decode::{decode_document, decode_fields, decode_value};
 pub use encode::{encode_document, encode_fields, encode_value, encoded_size};
 
+use crate::document::DocumentError;
+use crate::error::ErrorCode;
 use crate::path::PathError;
 
 /// The version byte that starts every encoded document.
@@ -143,4 +152,22 @@ pub enum DecodeError {
     },
     #[error("map key at offset {offset} is not greater than the key before it (keys must be sorted and unique)")]
     UnsortedKeys { offset: usize },
+    /// A well-formed encoding of a document that breaks a rule of documents, which
+    /// [`encode_document`] would have refused to write.
+    #[error("document breaks a rule of documents at offset {offset}: {source}")]
+    Limit {
+        /// The start of the document (for its size) or of its fields (for a field rule).
+        offset: usize,
+        /// The rule, as `encode_document` reports it.
+        source: DocumentError,
+    },
+}
+
+impl DecodeError {
+    /// `data-loss`: bytes that do not decode were not written by this encoder, so what they
+    /// held is lost (a caller that decodes a peer's bytes reports its own code instead, as
+    /// the wire protocol does).
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::DataLoss
+    }
 }

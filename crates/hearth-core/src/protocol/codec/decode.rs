@@ -2,8 +2,8 @@
 //! untrusted: every failure is a [`ProtocolError`] with the offset of the refused item,
 //! never a panic.
 
-use crate::document::{validate_fields, Document, DocumentError, MAX_DOCUMENT_BYTES};
-use crate::encoding::document::{decode_document, decode_fields, decode_value};
+use crate::document::{Document, DocumentError, MAX_DOCUMENT_BYTES};
+use crate::encoding::document::{decode_document, decode_fields, decode_value, DecodeError};
 use crate::encoding::key::Direction;
 use crate::encoding::varint::{self, unzigzag, VarintError};
 use crate::index::config::{parse_index_file, IndexFile, IndexFileError};
@@ -327,20 +327,20 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
-    /// A document, held to the limits the encoder enforces, so that a receiver can store
-    /// (and re-encode) whatever it accepts.
+    /// A document, held to the limits the encoder enforces (the document decoder checks
+    /// them), so that a receiver can store (and re-encode) whatever it accepts.
     fn document(&mut self) -> Result<Document> {
         let n = self.count()?;
         let offset = self.pos;
         let b = self.take(n)?;
-        let limit = |source| ProtocolError::DocumentLimit { offset, source };
         if n > MAX_DOCUMENT_BYTES {
-            return Err(limit(DocumentError::TooLarge { size: n }));
+            let source = DocumentError::TooLarge { size: n };
+            return Err(ProtocolError::DocumentLimit { offset, source });
         }
-        let doc = decode_document(b)
-            .map_err(|source| ProtocolError::InvalidDocument { offset, source })?;
-        validate_fields(&doc.fields).map_err(limit)?;
-        Ok(doc)
+        decode_document(b).map_err(|e| match e {
+            DecodeError::Limit { source, .. } => ProtocolError::DocumentLimit { offset, source },
+            source => ProtocolError::InvalidDocument { offset, source },
+        })
     }
 
     fn index_file(&mut self) -> Result<IndexFile> {

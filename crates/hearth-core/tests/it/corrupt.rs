@@ -1,0 +1,254 @@
+//! Corrupt stored records: bytes no encoder wrote reach the decoders as errors with the
+//! `data-loss` code, never as documents that break a document invariant and never as a panic
+//! further on (index maintenance, query execution). Documents are fed to the decoder as random
+//! bytes, as valid encodings with bytes flipped, cut, inserted and removed, and as
+//! well-formed encodings that break one rule of documents each. Whatever the decoder accepts
+//! re-encodes to exactly its input.
+
+use hearth_core::document::{validate_fields, Document, DocumentError, MAX_DOCUMENT_BYTES};
+use hearth_core::encoding::document::{
+    decode_document, encode_document, encode_fields, DecodeError, FORMAT_VERSION,
+};
+use hearth_core::error::ErrorCode;
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::{document_entries, document_key};
+use hearth_core::kv::{block_on_ready, MemStore};
+use hearth_core::path::{CollectionPath, DocumentName};
+use hearth_core::query::execute::run_query;
+use hearth_core::query::model::Query;
+use hearth_core::value::{Map, Value};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+use crate::query_model::cases;
+use crate::strategies::arb_document;
+
+fn name(s: &str) -> DocumentName {
+    DocumentName::parse(s).unwrap()
+}
+
+/// The record of `users/a` with `fields`, written field by field, so that the field rules
+/// `encode_document` enforces are not applied.
+fn record_with_fields(fields: &Map) -> Vec<u8> {
+    let mut bytes = encode_document(&Document::new(name("users/a"), Map::new())).unwrap();
+    // The empty fields map is one count byte, the last of the encoding.
+    assert_eq!(bytes.pop(), Some(0));
+    encode_fields(fields, &mut bytes);
+    bytes
+}
+
+/// A stored document with an empty field name (the path rules refuse it; only corruption or
+/// a foreign writer can store it) used to decode, and index maintenance then panicked
+/// turning it into field paths.
+#[test]
+fn a_stored_invalid_field_name_is_refused_not_a_panic() {
+    let fields: Map = [(String::new(), Value::Integer(1))].into_iter().collect();
+    let corrupt = record_with_fields(&fields);
+    let catalog = IndexCatalog::new();
+    let mut store = MemStore::new();
+    store
+        .documents
+        .insert(document_key(&name("users/a")), corrupt.clone());
+
+    // Overwriting it decodes the old record to find its index entries.
+    let new = Document::new(
+        name("users/a"),
+        [("x".to_owned(), Value::Integer(2))].into_iter().collect(),
+    );
+    let write = store.write_document(&catalog, &name("users/a"), Some(&new));
+    assert!(write.is_err(), "{write:?}");
+    let err = write.unwrap_err();
+    assert!(matches!(err, DocumentError::Corrupt { .. }), "{err}");
+    assert_eq!(err.code(), ErrorCode::DataLoss);
+    assert!(store.index.is_empty(), "a refused write changes nothing");
+    assert_eq!(
+        store.documents.get(&document_key(&name("users/a"))),
+        Some(&corrupt)
+    );
+
+    assert!(decode_document(&corrupt).is_err());
+    let err = decode_document(&corrupt).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DecodeError::Limit {
+                source: DocumentError::EmptyFieldName { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.code(), ErrorCode::DataLoss);
+
+    let q = Query::collection(CollectionPath::parse("users").unwrap());
+    let read = block_on_ready(run_query(&store, &catalog, &q));
+    assert!(read.is_err(), "{read:?}");
+    assert_eq!(read.unwrap_err().code(), ErrorCode::DataLoss);
+}
+
+/// `levels` maps, one inside the other, around a null.
+fn nested_maps(levels: usize) -> Value {
+    let mut v = Value::Null;
+    for _ in 0..levels {
+        v = Value::Map([("m".to_owned(), v)].into_iter().collect());
+    }
+    v
+}
+
+/// One well-formed record per rule of documents, each breaking only that rule.
+fn rule_breaking_records() -> Vec<(&'static str, Vec<u8>)> {
+    let one = |k: &str, v: Value| -> Map { [(k.to_owned(), v)].into_iter().collect() };
+    let mut out = vec![
+        ("empty name", record_with_fields(&one("", Value::Null))),
+        (
+            "reserved name",
+            record_with_fields(&one("__x__", Value::Null)),
+        ),
+        ("reserved nested name", {
+            record_with_fields(&one("a", Value::Map(one("__name__", Value::Null))))
+        }),
+        (
+            "long name",
+            record_with_fields(&one(&"n".repeat(1501), Value::Null)),
+        ),
+        ("nested array", {
+            let inner = Value::Array(vec![Value::Array(vec![])]);
+            record_with_fields(&one("a", inner))
+        }),
+        ("too deep", record_with_fields(&one("a", nested_maps(20)))),
+    ];
+    // A document one byte over the size limit, otherwise valid.
+    let base = record_with_fields(&one("b", Value::Bytes(Vec::new()))).len();
+    let fill = MAX_DOCUMENT_BYTES + 1 - base - 2;
+    out.push((
+        "too large",
+        record_with_fields(&one("b", Value::Bytes(vec![7; fill]))),
+    ));
+    out
+}
+
+#[test]
+fn every_rule_of_documents_is_enforced_by_the_decoder() {
+    // The same documents one step inside the rules decode.
+    let ok = |k: &str, v: Value| record_with_fields(&[(k.to_owned(), v)].into_iter().collect());
+    for good in [
+        ok("_x_", Value::Null),
+        ok("__x", Value::Null),
+        ok(&"n".repeat(1500), Value::Null),
+        ok("a", Value::Array(vec![Value::Map(Map::new())])),
+        ok("a", nested_maps(19)),
+    ] {
+        let doc = decode_document(&good).unwrap();
+        assert_eq!(encode_document(&doc), Ok(good));
+    }
+    for (what, bytes) in rule_breaking_records() {
+        let err = decode_document(&bytes).unwrap_err();
+        assert!(matches!(err, DecodeError::Limit { .. }), "{what}: {err}");
+        assert_eq!(err.code(), ErrorCode::DataLoss, "{what}");
+        assert!(err.to_string().contains("breaks a rule"), "{what}: {err}");
+    }
+    let (_, big) = rule_breaking_records().pop().unwrap();
+    assert_eq!(big.len(), MAX_DOCUMENT_BYTES + 1);
+}
+
+/// How one record is damaged.
+#[derive(Clone, Debug)]
+enum Damage {
+    Flip(Index, u8),
+    Truncate(Index),
+    Insert(Index, u8),
+    Remove(Index),
+    Overwrite(Index, u8),
+}
+
+fn arb_damage() -> impl Strategy<Value = Damage> {
+    let small = prop_oneof![0u8..4, Just(0x80), Just(0xff), any::<u8>()];
+    prop_oneof![
+        (any::<Index>(), 0u8..8).prop_map(|(i, b)| Damage::Flip(i, b)),
+        any::<Index>().prop_map(Damage::Truncate),
+        (any::<Index>(), small.clone()).prop_map(|(i, b)| Damage::Insert(i, b)),
+        any::<Index>().prop_map(Damage::Remove),
+        (any::<Index>(), small).prop_map(|(i, b)| Damage::Overwrite(i, b)),
+    ]
+}
+
+fn damage(bytes: &mut Vec<u8>, d: &Damage) {
+    let len = bytes.len();
+    if len == 0 {
+        return;
+    }
+    match d {
+        Damage::Flip(i, bit) => bytes[i.index(len)] ^= 1 << bit,
+        Damage::Truncate(i) => bytes.truncate(i.index(len)),
+        Damage::Insert(i, b) => bytes.insert(i.index(len + 1), *b),
+        Damage::Remove(i) => {
+            bytes.remove(i.index(len));
+        }
+        Damage::Overwrite(i, b) => bytes[i.index(len)] = *b,
+    }
+}
+
+/// Decodes a record; neither the decoder nor index maintenance of what it returns may panic.
+/// An accepted record is the canonical encoding of a valid document; a refused one is
+/// `data-loss`.
+fn check_record(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match decode_document(bytes) {
+        Ok(doc) => {
+            prop_assert!(bytes.len() <= MAX_DOCUMENT_BYTES);
+            prop_assert_eq!(validate_fields(&doc.fields), Ok(()));
+            prop_assert_eq!(encode_document(&doc), Ok(bytes.to_vec()));
+            let catalog = IndexCatalog::new();
+            prop_assert!(!document_entries(&catalog, &doc).is_empty());
+        }
+        Err(e) => prop_assert_eq!(e.code(), ErrorCode::DataLoss),
+    }
+    Ok(())
+}
+
+/// Records: random bytes, valid ones, valid ones that break one rule of documents, and
+/// random bytes behind a valid header.
+fn arb_record() -> impl Strategy<Value = Vec<u8>> {
+    let rule_breaking = rule_breaking_records()
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b.len() < 4096)
+        .collect::<Vec<_>>();
+    prop_oneof![
+        vec(any::<u8>(), 0..64),
+        arb_document().prop_map(|d| encode_document(&d).unwrap()),
+        proptest::sample::select(rule_breaking),
+        vec(prop_oneof![0u8..4, any::<u8>()], 0..48).prop_map(|rest| {
+            let mut bytes = vec![FORMAT_VERSION, 2, 1, b'c', 1, b'd', 0, 0];
+            bytes.extend(rest);
+            bytes
+        }),
+    ]
+}
+
+fn config(n: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(n),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// Corrupt document records never panic the decoder or index maintenance, and whatever
+    /// decodes is the canonical encoding of a document that keeps every rule.
+    #[test]
+    fn corrupt_records_decode_to_valid_documents_or_data_loss(
+        record in arb_record(),
+        damages in vec(arb_damage(), 0..3),
+    ) {
+        let mut bytes = record;
+        check_record(&bytes)?;
+        for d in &damages {
+            damage(&mut bytes, d);
+            check_record(&bytes)?;
+        }
+    }
+}
