@@ -98,6 +98,14 @@ pub enum KeyDecodeError {
     Trailing,
 }
 
+impl KeyDecodeError {
+    /// `data-loss`: keys are only ever read back from a store this encoder wrote, so a key
+    /// that does not decode is corruption.
+    pub fn code(&self) -> crate::error::ErrorCode {
+        crate::error::ErrorCode::DataLoss
+    }
+}
+
 /// Order-preserving bits of a double: negative numbers inverted, positive with the sign set.
 fn f64_ordered(d: f64) -> [u8; 8] {
     let bits = d.to_bits();
@@ -402,15 +410,31 @@ impl<'a> KeyReader<'a> {
             TAG_NUMBER => {
                 let base = f64_from_ordered(self.array::<8>()?);
                 let rest = u16::from_be_bytes(self.array::<2>()?);
-                number_from_key(NumberKey { base, rest }, kinds.next().copied())?
+                let v = number_from_key(NumberKey { base, rest }, kinds.next().copied())?;
+                // Only the split the encoder makes decodes (no NaN under this tag, no -0.0
+                // base, no integer split another way), so a key re-encodes to its own bytes.
+                let canonical = v
+                    .number_key()
+                    .is_some_and(|k| k.base.to_bits() == base.to_bits() && k.rest == rest);
+                if !canonical {
+                    return Err(KeyDecodeError::Invalid(format!(
+                        "number {base:?} + {rest} is not in its canonical form"
+                    )));
+                }
+                v
             }
             TAG_TIMESTAMP => {
                 let s = (u64::from_be_bytes(self.array::<8>()?) ^ (1 << 63)) as i64;
                 let n = u32::from_be_bytes(self.array::<4>()?);
-                Value::Timestamp(
-                    Timestamp::new(s, i64::from(n))
-                        .map_err(|e| KeyDecodeError::Invalid(e.to_string()))?,
-                )
+                let t = Timestamp::new(s, i64::from(n))
+                    .map_err(|e| KeyDecodeError::Invalid(e.to_string()))?;
+                // Timestamp::new truncates to microseconds; the encoder never writes more.
+                if i64::from(t.nanos()) != i64::from(n) {
+                    return Err(KeyDecodeError::Invalid(format!(
+                        "timestamp nanoseconds {n} are not whole microseconds"
+                    )));
+                }
+                Value::Timestamp(t)
             }
             TAG_STRING => Value::String(self.string()?),
             TAG_BYTES => Value::Bytes(self.escaped()?),
@@ -418,9 +442,15 @@ impl<'a> KeyReader<'a> {
             TAG_GEOPOINT => {
                 let lat = f64_from_ordered(self.array::<8>()?);
                 let lng = f64_from_ordered(self.array::<8>()?);
-                Value::GeoPoint(
-                    GeoPoint::new(lat, lng).map_err(|e| KeyDecodeError::Invalid(e.to_string()))?,
-                )
+                let g =
+                    GeoPoint::new(lat, lng).map_err(|e| KeyDecodeError::Invalid(e.to_string()))?;
+                // GeoPoint::new turns -0.0 into 0.0; the encoder never writes -0.0.
+                if g.latitude().to_bits() != lat.to_bits()
+                    || g.longitude().to_bits() != lng.to_bits()
+                {
+                    return Err(KeyDecodeError::Invalid("geopoint with -0.0".into()));
+                }
+                Value::GeoPoint(g)
             }
             TAG_ARRAY => {
                 let mut a = Vec::new();
@@ -437,6 +467,12 @@ impl<'a> KeyReader<'a> {
                         END => break,
                         MAP_KEY => {
                             let k = self.string()?;
+                            // Maps are written in key order, each key once.
+                            if m.last_key_value().is_some_and(|(prev, _)| *prev >= k) {
+                                return Err(KeyDecodeError::Invalid(format!(
+                                    "map key `{k}` out of order"
+                                )));
+                            }
                             let v = self.value_at(kinds, depth + 1)?;
                             m.insert(k, v);
                         }

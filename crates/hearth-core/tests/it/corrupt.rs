@@ -2,18 +2,26 @@
 //! `data-loss` code, never as documents that break a document invariant and never as a panic
 //! further on (index maintenance, query execution). Documents are fed to the decoder as random
 //! bytes, as valid encodings with bytes flipped, cut, inserted and removed, and as
-//! well-formed encodings that break one rule of documents each. Whatever the decoder accepts
-//! re-encodes to exactly its input.
+//! well-formed encodings that break one rule of documents each; index and document keys the
+//! same way. Whatever a decoder accepts re-encodes to exactly its input.
 
 use hearth_core::document::{validate_fields, Document, DocumentError, MAX_DOCUMENT_BYTES};
 use hearth_core::encoding::document::{
     decode_document, encode_document, encode_fields, DecodeError, FORMAT_VERSION,
 };
+use hearth_core::encoding::key::{
+    decode_value as decode_key_value, encode_value as encode_key_value, write_kinds, write_value,
+    Direction,
+};
 use hearth_core::error::ErrorCode;
-use hearth_core::index::def::IndexCatalog;
-use hearth_core::index::keys::{document_entries, document_key};
+use hearth_core::index::config::{FieldMode, QueryScope};
+use hearth_core::index::def::{IndexCatalog, IndexDef};
+use hearth_core::index::keys::{
+    decode_document_key, decode_entry, document_entries, document_key, field_direction,
+    index_entries, index_prefix, write_entry_name, DecodedEntry,
+};
 use hearth_core::kv::{block_on_ready, MemStore};
-use hearth_core::path::{CollectionPath, DocumentName};
+use hearth_core::path::{CollectionPath, DocumentName, FieldPath};
 use hearth_core::query::execute::run_query;
 use hearth_core::query::model::Query;
 use hearth_core::value::{Map, Value};
@@ -22,7 +30,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use crate::query_model::cases;
-use crate::strategies::arb_document;
+use crate::strategies::{arb_document, arb_value};
 
 fn name(s: &str) -> DocumentName {
     DocumentName::parse(s).unwrap()
@@ -226,6 +234,51 @@ fn arb_record() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// The key of `entry` under `def`, written the way index maintenance writes it.
+fn entry_key(def: &IndexDef, entry: &DecodedEntry) -> Vec<u8> {
+    let mut key = index_prefix(def, &entry.name.parent());
+    let mut kinds = Vec::new();
+    for ((_, mode), v) in def.fields.iter().zip(&entry.values) {
+        write_value(v, field_direction(*mode), &mut key, &mut kinds);
+    }
+    write_entry_name(def, &entry.name, &mut key);
+    write_kinds(&kinds, &mut key);
+    key
+}
+
+/// Index definitions over the strategies' field names, in both scopes and all modes.
+fn defs() -> Vec<IndexDef> {
+    let f = |p: &str| FieldPath::parse(p).unwrap();
+    vec![
+        IndexDef::new(
+            "users",
+            QueryScope::Collection,
+            vec![(f("a"), FieldMode::Ascending)],
+        ),
+        IndexDef::new(
+            "items",
+            QueryScope::Collection,
+            vec![(f("b"), FieldMode::ArrayContains)],
+        ),
+        IndexDef::new(
+            "users",
+            QueryScope::CollectionGroup,
+            vec![
+                (f("c"), FieldMode::Descending),
+                (f("a"), FieldMode::Ascending),
+            ],
+        ),
+        IndexDef::new(
+            "items",
+            QueryScope::CollectionGroup,
+            vec![
+                (f("a"), FieldMode::Descending),
+                (FieldPath::document_id(), FieldMode::Ascending),
+            ],
+        ),
+    ]
+}
+
 fn config(n: u32) -> ProptestConfig {
     ProptestConfig {
         cases: cases(n),
@@ -251,4 +304,90 @@ proptest! {
             check_record(&bytes)?;
         }
     }
+
+    /// Damaged index entries, document keys and key values never panic their decoders, and
+    /// whatever decodes re-encodes to the same bytes.
+    #[test]
+    fn corrupt_keys_decode_canonically_or_not_at_all(
+        doc in arb_document(),
+        v in arb_value(),
+        desc in any::<bool>(),
+        damages in vec(arb_damage(), 1..3),
+    ) {
+        for def in defs() {
+            for mut key in index_entries(&def, &doc) {
+                for d in &damages {
+                    damage(&mut key, d);
+                    match decode_entry(&def, &key) {
+                        Ok(entry) => prop_assert_eq!(entry_key(&def, &entry), key.clone()),
+                        Err(e) => prop_assert_eq!(e.code(), ErrorCode::DataLoss),
+                    }
+                }
+            }
+        }
+        let mut key = document_key(&doc.name);
+        for d in &damages {
+            damage(&mut key, d);
+            if let Ok(name) = decode_document_key(&key) {
+                prop_assert_eq!(document_key(&name), key.clone());
+            }
+        }
+        let dir = if desc { Direction::Descending } else { Direction::Ascending };
+        let mut bytes = encode_key_value(&v, dir);
+        for d in &damages {
+            damage(&mut bytes, d);
+            if let Ok(back) = decode_key_value(&bytes, dir) {
+                prop_assert_eq!(encode_key_value(&back, dir), bytes.clone());
+            }
+        }
+    }
+}
+
+/// Keys the encoder never writes, each with one non-canonical part, are refused.
+#[test]
+fn non_canonical_key_values_are_refused() {
+    let number = |bits: u64, rest: u16| {
+        // The order-preserving form of a double: sign bit set on positives, all bits
+        // inverted on negatives.
+        let o = if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | (1 << 63)
+        };
+        let mut b = vec![0x31];
+        b.extend(o.to_be_bytes());
+        b.extend(rest.to_be_bytes());
+        b
+    };
+    assert!(decode_key_value(&number(1.0f64.to_bits(), 0), Direction::Ascending).is_ok());
+    for bad in [
+        number(f64::NAN.to_bits(), 0),
+        number((-0.0f64).to_bits(), 0),
+        // 6 split as 1.0 + 5: the encoder writes 6.0 + 0.
+        number(1.0f64.to_bits(), 5),
+    ] {
+        assert!(
+            decode_key_value(&bad, Direction::Ascending).is_err(),
+            "{bad:?}"
+        );
+    }
+    // A timestamp with nanoseconds below a microsecond.
+    let mut ts = vec![0x40];
+    ts.extend((1u64 << 63).to_be_bytes());
+    ts.extend(1u32.to_be_bytes());
+    assert!(decode_key_value(&ts, Direction::Ascending).is_err());
+    // Map keys out of order, and twice.
+    for keys in [["b", "a"], ["a", "a"]] {
+        let mut m = vec![0xA0];
+        for k in keys {
+            m.extend([0x01, k.as_bytes()[0], 0x00, 0x01, 0x10]);
+        }
+        m.push(0x00);
+        let err = decode_key_value(&m, Direction::Ascending).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::DataLoss);
+    }
+    let sorted = [
+        0xA0, 0x01, b'a', 0x00, 0x01, 0x10, 0x01, b'b', 0x00, 0x01, 0x10, 0x00,
+    ];
+    assert!(decode_key_value(&sorted, Direction::Ascending).is_ok());
 }
