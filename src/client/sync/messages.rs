@@ -1,0 +1,299 @@
+//! The relay's messages: Welcome (listens sent, then the queued writes in order), write
+//! results and refusals, target changes buffered until the Snapshot that makes them
+//! consistent, and the listen targets they advance (resume versions, limbo reads).
+
+use hearth_core::error::ErrorCode;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use super::{Sync, Target};
+use crate::client::engine::Batch;
+use crate::client::error::ClientError;
+use crate::client::idb_store::{Key, Store, WriteOp};
+use hearth_core::document::Document;
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::codec::encode_query;
+use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
+use hearth_core::query::model::Query;
+
+impl Sync {
+    /// After an eviction the cache may lack documents of targets not being listened to:
+    /// their resume versions go (in memory and stored), so they are fetched whole next time.
+    /// Listened targets keep theirs: their documents are held.
+    pub(super) fn forget_resume_points(&self) {
+        let active: BTreeSet<Vec<u8>> = self
+            .targets
+            .borrow()
+            .values()
+            .map(|t| t.key.clone())
+            .collect();
+        self.stored_resume.borrow_mut().clear();
+        let Some(engine) = self.engine() else { return };
+        wasm_bindgen_futures::spawn_local(async move {
+            let Ok(rows) = engine.store.all(Store::Targets).await else {
+                return;
+            };
+            let ops: Vec<WriteOp> = rows
+                .into_iter()
+                .filter(|(k, _)| !active.contains(k))
+                .map(|(k, _)| WriteOp::Delete {
+                    store: Store::Targets,
+                    key: Key::Bytes(k),
+                })
+                .collect();
+            let _ = engine.store.write(ops).await;
+        });
+    }
+
+    /// Handles one message from the relay.
+    pub(super) fn on_message(self: Rc<Self>, m: ServerMessage) {
+        match m {
+            ServerMessage::Welcome {
+                indexes,
+                heartbeat_ms,
+                ..
+            } => {
+                self.open.set(true);
+                self.backoff_ms.set(250.0);
+                self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
+                self.schedule_token_refresh();
+                wasm_bindgen_futures::spawn_local(async move {
+                    let Some(engine) = self.engine() else { return };
+                    let _ = engine.set_indexes(indexes).await;
+                    engine.set_online(true);
+                    // Listens first (with their resume versions), then the queued writes in order.
+                    let targets: Vec<(u32, Query, Option<u64>)> = self
+                        .targets
+                        .borrow_mut()
+                        .iter_mut()
+                        .filter(|(_, t)| !t.sent)
+                        .map(|(id, t)| {
+                            t.sent = true;
+                            (*id, t.query.clone(), t.resume)
+                        })
+                        .collect();
+                    for (target_id, query, resume_version) in targets {
+                        self.send(&ClientMessage::Listen {
+                            target_id,
+                            query,
+                            resume_version,
+                        });
+                    }
+                    for b in engine.pending_batches() {
+                        self.send_batch(&b);
+                    }
+                });
+            }
+            ServerMessage::WriteResult {
+                request_id,
+                batch_id,
+                version,
+            } => {
+                self.writes.borrow_mut().remove(&request_id);
+                if let Some(engine) = self.engine() {
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let _ = engine.acknowledge(batch_id, version).await;
+                    });
+                }
+            }
+            ServerMessage::TargetChange {
+                target_id,
+                kind,
+                changes,
+            } => {
+                if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
+                    t.answered = true;
+                    t.buffered.push((kind, changes));
+                }
+            }
+            ServerMessage::Snapshot { version } => {
+                wasm_bindgen_futures::spawn_local(async move { self.on_snapshot(version).await });
+            }
+            ServerMessage::Heartbeat { .. } => {}
+            ServerMessage::GetResult { request_id, .. }
+            | ServerMessage::QueryResult { request_id, .. }
+            | ServerMessage::AggregationResult { request_id, .. } => {
+                let reply = self.replies.borrow_mut().remove(&request_id);
+                if let Some(r) = reply {
+                    r(Ok(m));
+                }
+            }
+            ServerMessage::Error {
+                request_id,
+                target_id,
+                code,
+                message,
+            } => {
+                let err = ClientError::new(code, message);
+                if code == ErrorCode::Unauthenticated && self.token_provider.is_some() {
+                    // The token expired or was refused: reconnect with a fresh one from the
+                    // callback. Queued writes are sent again and listens resumed; reads in
+                    // flight fail with `unavailable`.
+                    self.writes.borrow_mut().remove(&request_id);
+                    self.backoff_ms.set(250.0);
+                    self.drop_socket();
+                    return;
+                }
+                if request_id != 0 {
+                    if let Some(batch) = self.writes.borrow_mut().remove(&request_id) {
+                        if let Some(engine) = self.engine() {
+                            wasm_bindgen_futures::spawn_local(async move {
+                                let _ = engine.reject(batch, err).await;
+                            });
+                        }
+                    } else if let Some(r) = self.replies.borrow_mut().remove(&request_id) {
+                        r(Err(err));
+                    }
+                } else if target_id != 0 {
+                    let t = self.targets.borrow_mut().remove(&target_id);
+                    if let Some(t) = t {
+                        self.by_listener.borrow_mut().remove(&t.listener);
+                        if let Some(engine) = self.engine() {
+                            engine.target_failed(target_id, err);
+                        }
+                    }
+                } else {
+                    // A connection-level error: the relay closes; reconnect with backoff.
+                    self.drop_socket();
+                }
+            }
+        }
+    }
+
+    /// A Snapshot: the buffered changes of answered targets enter the local view, documents
+    /// that left a result are read again (limbo), resume versions are stored, and the
+    /// targets' listeners go current.
+    async fn on_snapshot(self: Rc<Self>, version: u64) {
+        let Some(engine) = self.engine() else { return };
+        let mut upserts: Vec<(DocumentName, Option<Document>)> = Vec::new();
+        let mut limbo: BTreeSet<DocumentName> = BTreeSet::new();
+        let mut current = Vec::new();
+        let mut persist = Vec::new();
+        // Targets that got a complete result: (query, its documents).
+        let mut resets: Vec<(Query, BTreeSet<DocumentName>)> = Vec::new();
+        {
+            let mut targets = self.targets.borrow_mut();
+            for (id, t) in targets.iter_mut().filter(|(_, t)| t.answered) {
+                let buffered = std::mem::take(&mut t.buffered);
+                for (kind, changes) in buffered {
+                    if kind == TargetChangeKind::Reset {
+                        let fresh: BTreeSet<DocumentName> = changes
+                            .iter()
+                            .filter_map(|c| match c {
+                                DocumentChange::Upsert(d) => Some(d.name.clone()),
+                                DocumentChange::Remove(_) => None,
+                            })
+                            .collect();
+                        limbo.extend(t.docs.difference(&fresh).cloned());
+                        resets.push((t.query.clone(), fresh.clone()));
+                        t.docs = fresh;
+                    }
+                    for c in changes {
+                        match c {
+                            DocumentChange::Upsert(d) => {
+                                t.docs.insert(d.name.clone());
+                                limbo.remove(&d.name);
+                                upserts.push((d.name.clone(), Some(d)));
+                            }
+                            DocumentChange::Remove(n) => {
+                                t.docs.remove(&n);
+                                limbo.insert(n);
+                            }
+                        }
+                    }
+                }
+                t.resume = Some(version);
+                current.push(*id);
+                persist.push(WriteOp::Put {
+                    store: Store::Targets,
+                    key: Key::Bytes(t.key.clone()),
+                    value: version.to_be_bytes().to_vec(),
+                });
+            }
+        }
+        // Cached documents the local view still shows for a reset target (e.g. after a reload,
+        // or changes missed while offline) but the relay's result lacks are read again.
+        for (query, fresh) in resets {
+            if let Ok(local) = engine.query(&query).await {
+                limbo.extend(
+                    local
+                        .into_iter()
+                        .map(|d| d.name)
+                        .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
+                );
+            }
+        }
+        let _ = engine.server_documents(upserts).await;
+        if !limbo.is_empty() {
+            // Documents that left a result: deleted, or changed so they no longer match.
+            // A read tells which; until it answers the local copy stays.
+            let names: Vec<DocumentName> = limbo.into_iter().collect();
+            if let Ok(ServerMessage::GetResult { documents, .. }) = self.request_get(names).await {
+                let _ = engine.server_documents(documents).await;
+            }
+        }
+        let _ = engine.store.write(persist).await;
+        engine.targets_current(&current);
+    }
+
+    /// Sends a queued batch (if the socket is welcomed; else the next Welcome sends it).
+    pub(super) fn send_batch(&self, b: &Batch) {
+        let request_id = self.next_request.get();
+        self.next_request.set(request_id + 1);
+        if self.send(&ClientMessage::Write {
+            request_id,
+            batch_id: b.id,
+            mutations: b.mutations.clone(),
+            reads: Vec::new(),
+        }) {
+            self.writes.borrow_mut().insert(request_id, b.id);
+        }
+    }
+
+    /// Gives listener `listener` a relay target, resuming from a stored version if any.
+    pub(super) fn listen(&self, listener: u64, query: Query) {
+        let target_id = self.next_target.get();
+        self.next_target.set(target_id + 1);
+        let mut key = Vec::new();
+        encode_query(&query, &mut key);
+        let resume = self.stored_resume.borrow().get(&key).copied();
+        self.targets.borrow_mut().insert(
+            target_id,
+            Target {
+                listener,
+                query: query.clone(),
+                key,
+                resume,
+                docs: BTreeSet::new(),
+                buffered: Vec::new(),
+                answered: false,
+                sent: false,
+            },
+        );
+        self.by_listener.borrow_mut().insert(listener, target_id);
+        if let Some(e) = self.engine() {
+            e.bind_target(listener, Some(target_id));
+        }
+        let sent = self.send(&ClientMessage::Listen {
+            target_id,
+            query,
+            resume_version: resume,
+        });
+        if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
+            t.sent = sent;
+        }
+    }
+
+    /// Drops listener `listener`'s target, keeping its resume version for a later listen.
+    pub(super) fn unlisten(&self, listener: u64) {
+        let Some(target_id) = self.by_listener.borrow_mut().remove(&listener) else {
+            return;
+        };
+        if let Some(t) = self.targets.borrow_mut().remove(&target_id) {
+            if let Some(v) = t.resume {
+                self.stored_resume.borrow_mut().insert(t.key, v);
+            }
+        }
+        self.send(&ClientMessage::Unlisten { target_id });
+    }
+}

@@ -1,0 +1,354 @@
+//! The sync layer: one WebSocket to `hearth-relay` per open database, reconnection with
+//! exponential backoff and jitter, heartbeat-based dead-link detection, listen resumption from
+//! stored versions, the write queue flushed in order with idempotent batch ids, and reads
+//! that resolve documents a listen dropped ("limbo" documents).
+//!
+//! The parts: this module holds the [`Sync`] state, its start (the engine's hooks), requests
+//! and their replies, and the network switch; `connection` the socket's life (connect, the
+//! heartbeat watch, drop and reconnect, the browser's `online`/`offline` events, Hello);
+//! `token` the token callback and the refresh before a JWT expires; `messages` the relay's
+//! messages and the listen targets they advance.
+//!
+//! Architecture invariant: the WebSocket's event closures are owned by the `Sync` value and
+//! dropped with it; none is leaked with `forget()`.
+
+use hearth_core::error::ErrorCode;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
+use std::rc::{Rc, Weak};
+
+use js_sys::Function;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::JsValue;
+use web_sys::WebSocket;
+
+use super::engine::{Batch, Engine};
+use super::error::ClientError;
+use super::idb_store::Store;
+use hearth_core::path::DocumentName;
+use hearth_core::protocol::codec::encode_client;
+use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
+use hearth_core::query::model::Query;
+
+mod connection;
+mod messages;
+mod token;
+
+use self::connection::{clear_timeout, set_timeout};
+
+/// Where a request's reply goes.
+type Reply = Box<dyn FnOnce(Result<ServerMessage, ClientError>)>;
+
+/// One relay target: the relay's side of a listener.
+struct Target {
+    /// The local listener it serves.
+    listener: u64,
+    /// The listened query.
+    query: Query,
+    /// The encoded query: the key of its stored resume version.
+    key: Vec<u8>,
+    /// The version to resume from: the last Snapshot that covered it, or the stored one.
+    resume: Option<u64>,
+    /// Names the relay last said are in the target's result.
+    docs: BTreeSet<DocumentName>,
+    /// Changes received since the last Snapshot.
+    buffered: Vec<(TargetChangeKind, Vec<DocumentChange>)>,
+    /// The relay answered this target's Listen on the current connection.
+    answered: bool,
+    /// This target's Listen went out on the current connection (sent once per connection: a
+    /// second Listen of one target is refused by the relay).
+    sent: bool,
+}
+
+/// The connection state of one database.
+pub struct Sync {
+    /// The engine it feeds. Weak: the engine's hooks hold this value weakly too, and the
+    /// API's database owns both.
+    engine: Weak<Engine>,
+    /// The relay's WebSocket URL.
+    url: String,
+    /// The token sent in Hello and Auth (empty: none); the token callback replaces it.
+    token: RefCell<String>,
+    /// The app's token callback, if it gave one: asked before each Hello and before the
+    /// token expires.
+    token_provider: Option<Function>,
+    /// The current socket, connecting or open.
+    ws: RefCell<Option<WebSocket>>,
+    /// Event handlers of the current socket, dropped with it.
+    handlers: RefCell<Vec<Closure<dyn FnMut(JsValue)>>>,
+    /// The pending heartbeat or reconnect timer: its closure (kept alive until it fires or
+    /// is cleared) and its `setTimeout` id.
+    timer: RefCell<Option<(Closure<dyn FnMut()>, f64)>>,
+    /// The timer that refreshes the token before it expires (with a token callback).
+    auth_timer: RefCell<Option<(Closure<dyn FnMut()>, f64)>>,
+    /// Whether the relay welcomed the current socket: only then are messages sent.
+    open: Cell<bool>,
+    /// Whether the app allows the network (`enableNetwork()` / `disableNetwork()`).
+    enabled: Cell<bool>,
+    /// Whether the database was closed: nothing reconnects after.
+    closed: Cell<bool>,
+    /// The next reconnect delay before jitter: doubles per attempt up to 30 s, back to
+    /// 250 ms whenever a fresh start is due (a Welcome, the browser's `online` event,
+    /// `enableNetwork()`, a refused token).
+    backoff_ms: Cell<f64>,
+    /// The relay's heartbeat interval (from Welcome): three of them in silence mean a dead
+    /// link.
+    heartbeat_ms: Cell<f64>,
+    /// When the relay was last heard from (`Date.now()`).
+    last_seen: Cell<f64>,
+    /// The next request id (never reused, across connections).
+    next_request: Cell<u64>,
+    /// The next target id.
+    next_target: Cell<u32>,
+    /// Targets by id, one per listener.
+    targets: RefCell<HashMap<u32, Target>>,
+    /// Listener id → target id.
+    by_listener: RefCell<HashMap<u64, u32>>,
+    /// Requests awaiting their reply, by request id (failed when the socket drops).
+    replies: RefCell<HashMap<u64, Reply>>,
+    /// Write request id → batch id, for refusals.
+    writes: RefCell<HashMap<u64, u64>>,
+    /// Resume versions loaded from IndexedDB, by encoded query.
+    stored_resume: RefCell<HashMap<Vec<u8>, u64>>,
+    /// Resolvers of requests waiting for the connection to open.
+    open_waiters: RefCell<Vec<Function>>,
+    /// The global `online`/`offline` handlers, alive as long as the database is open.
+    online_handlers: RefCell<Vec<Closure<dyn FnMut(JsValue)>>>,
+}
+
+impl Sync {
+    /// Starts syncing `engine` with the relay at `url`: loads the stored resume versions,
+    /// installs the engine's hooks and connects.
+    pub async fn start(
+        engine: &Rc<Engine>,
+        url: String,
+        token: Option<String>,
+        token_provider: Option<Function>,
+    ) -> Result<Rc<Sync>, ClientError> {
+        let mut stored = HashMap::new();
+        for (k, v) in engine.store.all(Store::Targets).await? {
+            if v.len() >= 8 {
+                stored.insert(k, u64::from_be_bytes(v[..8].try_into().expect("8 bytes")));
+            }
+        }
+        let sync = Rc::new(Sync {
+            engine: Rc::downgrade(engine),
+            url,
+            token: RefCell::new(token.unwrap_or_default()),
+            token_provider,
+            ws: RefCell::new(None),
+            handlers: RefCell::new(Vec::new()),
+            timer: RefCell::new(None),
+            auth_timer: RefCell::new(None),
+            open: Cell::new(false),
+            enabled: Cell::new(true),
+            closed: Cell::new(false),
+            backoff_ms: Cell::new(250.0),
+            heartbeat_ms: Cell::new(5000.0),
+            last_seen: Cell::new(js_sys::Date::now()),
+            next_request: Cell::new(1),
+            next_target: Cell::new(1),
+            targets: RefCell::new(HashMap::new()),
+            by_listener: RefCell::new(HashMap::new()),
+            replies: RefCell::new(HashMap::new()),
+            writes: RefCell::new(HashMap::new()),
+            stored_resume: RefCell::new(stored),
+            online_handlers: RefCell::new(Vec::new()),
+            open_waiters: RefCell::new(Vec::new()),
+        });
+        // Hooks from the engine into the sync layer.
+        let w = Rc::downgrade(&sync);
+        *engine.on_batch.borrow_mut() = Some(Box::new(move |b: &Batch| {
+            if let Some(s) = w.upgrade() {
+                s.send_batch(b);
+            }
+        }));
+        let w = Rc::downgrade(&sync);
+        *engine.on_listen.borrow_mut() = Some(Box::new(move |id, q: &Query| {
+            if let Some(s) = w.upgrade() {
+                s.listen(id, q.clone());
+            }
+        }));
+        let w = Rc::downgrade(&sync);
+        *engine.on_unlisten.borrow_mut() = Some(Box::new(move |id| {
+            if let Some(s) = w.upgrade() {
+                s.unlisten(id);
+            }
+        }));
+        let w = Rc::downgrade(&sync);
+        *engine.on_evicted.borrow_mut() = Some(Box::new(move || {
+            if let Some(s) = w.upgrade() {
+                s.forget_resume_points();
+            }
+        }));
+        Self::install_online_events(&sync);
+        sync.connect();
+        Ok(sync)
+    }
+
+    fn engine(&self) -> Option<Rc<Engine>> {
+        self.engine.upgrade()
+    }
+
+    /// Whether the relay welcomed the current socket.
+    pub fn is_open(&self) -> bool {
+        self.open.get()
+    }
+
+    /// Sends `m` on the welcomed socket; false when there is none (the caller resends on
+    /// the next Welcome, or fails).
+    fn send(&self, m: &ClientMessage) -> bool {
+        if !self.open.get() {
+            return false;
+        }
+        let bytes = encode_client(m);
+        match self.ws.borrow().as_ref() {
+            Some(ws) => ws.send_with_u8_array(&bytes).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Waits up to `ms` for the connection to open (a request made while it is still
+    /// connecting should not fail); false when it did not.
+    pub async fn wait_open(&self, ms: f64) -> bool {
+        if self.open.get() {
+            return true;
+        }
+        if self.closed.get() || !self.enabled.get() {
+            return false;
+        }
+        let promise = js_sys::Promise::new(&mut |resolve, _| {
+            if let Some(id) = set_timeout(&resolve, ms) {
+                let _ = id;
+            }
+            self.open_waiters.borrow_mut().push(resolve);
+        });
+        let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+        self.open.get()
+    }
+
+    /// Sends a request and awaits its reply.
+    pub async fn request(
+        &self,
+        make: impl FnOnce(u64) -> ClientMessage,
+    ) -> Result<ServerMessage, ClientError> {
+        self.wait_open(10_000.0).await;
+        let request_id = self.next_request.get();
+        self.next_request.set(request_id + 1);
+        let (tx, rx) = futures_channel();
+        self.replies.borrow_mut().insert(request_id, Box::new(tx));
+        if !self.send(&make(request_id)) {
+            self.replies.borrow_mut().remove(&request_id);
+            return Err(ClientError::new(ErrorCode::Unavailable, "the relay is not reachable (offline); read from the cache with { source: 'cache' }"));
+        }
+        rx.await
+    }
+
+    /// Reads documents from the relay.
+    pub async fn request_get(
+        &self,
+        names: Vec<DocumentName>,
+    ) -> Result<ServerMessage, ClientError> {
+        self.request(|request_id| ClientMessage::Get { request_id, names })
+            .await
+    }
+
+    /// Sends a transaction's writes with its reads to revalidate.
+    pub async fn commit_transaction(
+        &self,
+        batch_id: u64,
+        mutations: Vec<hearth_core::mutation::Mutation>,
+        reads: Vec<(DocumentName, Option<u64>)>,
+    ) -> Result<u64, ClientError> {
+        let reply = self
+            .request(|request_id| ClientMessage::Write {
+                request_id,
+                batch_id,
+                mutations,
+                reads,
+            })
+            .await;
+        match reply {
+            Ok(ServerMessage::WriteResult { version, .. }) => Ok(version),
+            Ok(_) => Err(ClientError::new(
+                ErrorCode::Internal,
+                "unexpected reply to a transaction",
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `enableNetwork()` / `disableNetwork()`: connects, or closes the socket without
+    /// reconnecting (listeners go `fromCache`).
+    pub fn set_enabled(self: &Rc<Self>, on: bool) {
+        self.enabled.set(on);
+        if on {
+            self.backoff_ms.set(250.0);
+            self.connect();
+        } else {
+            let ws = self.ws.borrow_mut().take();
+            if let Some(ws) = ws {
+                ws.set_onclose(None);
+                let _ = ws.close();
+            }
+            self.handlers.borrow_mut().clear();
+            for t in self.targets.borrow_mut().values_mut() {
+                t.buffered.clear();
+                t.answered = false;
+                t.sent = false;
+            }
+            if self.open.replace(false) {
+                if let Some(e) = self.engine() {
+                    e.set_online(false);
+                }
+            }
+        }
+    }
+
+    /// Stops for good (the database closed): the socket and every timer go.
+    pub fn close(self: &Rc<Self>) {
+        self.closed.set(true);
+        self.set_enabled(false);
+        if let Some((_, id)) = self.timer.borrow_mut().take() {
+            clear_timeout(id);
+        }
+        if let Some((_, id)) = self.auth_timer.borrow_mut().take() {
+            clear_timeout(id);
+        }
+    }
+}
+
+/// A one-shot channel for single-threaded futures.
+fn futures_channel() -> (
+    impl FnOnce(Result<ServerMessage, ClientError>),
+    impl std::future::Future<Output = Result<ServerMessage, ClientError>>,
+) {
+    let slot: Rc<
+        RefCell<(
+            Option<Result<ServerMessage, ClientError>>,
+            Option<std::task::Waker>,
+        )>,
+    > = Rc::new(RefCell::new((None, None)));
+    let tx_slot = slot.clone();
+    let tx = move |r| {
+        let waker = {
+            let mut s = tx_slot.borrow_mut();
+            s.0 = Some(r);
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    };
+    let rx = std::future::poll_fn(move |cx| {
+        let mut s = slot.borrow_mut();
+        match s.0.take() {
+            Some(r) => std::task::Poll::Ready(r),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    });
+    (tx, rx)
+}
