@@ -185,8 +185,15 @@ pub enum IndexFileError {
 
 type Result<T> = std::result::Result<T, IndexFileError>;
 
+/// Deepest nesting of arrays and objects the parser reads: serde_json's own bound for strict
+/// JSON. A real file nests 5 levels; the JSON5 parser recurses once per level and has no
+/// bound of its own, so a stored or received file nested a hundred thousand levels deep
+/// would overflow the stack (an abort, not an error) without this check.
+pub const MAX_NESTING: usize = 128;
+
 /// Parses a `firestore.indexes.json` file, tolerating comments and trailing commas.
 pub fn parse_index_file(text: &str) -> Result<IndexFile> {
+    check_nesting(text)?;
     let root: Value = json5::from_str(text).map_err(|e| syntax_error(&e, text))?;
     let root = as_object(&root, "the file")?;
     let mut file = IndexFile::default();
@@ -215,6 +222,77 @@ pub fn parse_index_file(text: &str) -> Result<IndexFile> {
         }
     }
     Ok(file)
+}
+
+/// Refuses text whose brackets nest deeper than [`MAX_NESTING`], reading JSON5's strings
+/// and comments so that brackets inside them do not count. Text this check lets through may
+/// still be malformed; the parser reports that.
+fn check_nesting(text: &str) -> Result<()> {
+    enum State {
+        Code,
+        Str { quote: char, escaped: bool },
+        LineComment,
+        BlockComment { star: bool },
+    }
+    let mut state = State::Code;
+    let mut depth = 0usize;
+    let (mut line, mut column) = (1, 0);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\n' {
+            (line, column) = (line + 1, 0);
+        } else {
+            column += 1;
+        }
+        state = match state {
+            State::Code => match c {
+                '"' | '\'' => State::Str {
+                    quote: c,
+                    escaped: false,
+                },
+                '/' if chars.peek() == Some(&'/') => State::LineComment,
+                '/' if chars.peek() == Some(&'*') => {
+                    // The `*` opens the comment; it cannot also close it.
+                    chars.next();
+                    column += 1;
+                    State::BlockComment { star: false }
+                }
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Err(IndexFileError::Syntax {
+                            line,
+                            column,
+                            message: format!("nested more than {MAX_NESTING} levels deep"),
+                        });
+                    }
+                    State::Code
+                }
+                ']' | '}' => {
+                    depth = depth.saturating_sub(1);
+                    State::Code
+                }
+                _ => State::Code,
+            },
+            State::Str { quote, escaped } => match c {
+                _ if escaped => State::Str {
+                    quote,
+                    escaped: false,
+                },
+                '\\' => State::Str {
+                    quote,
+                    escaped: true,
+                },
+                _ if c == quote => State::Code,
+                _ => State::Str { quote, escaped },
+            },
+            State::LineComment if c == '\n' => State::Code,
+            State::LineComment => State::LineComment,
+            State::BlockComment { star: true } if c == '/' => State::Code,
+            State::BlockComment { .. } => State::BlockComment { star: c == '*' },
+        };
+    }
+    Ok(())
 }
 
 fn syntax_error(e: &json5::Error, text: &str) -> IndexFileError {

@@ -14,7 +14,7 @@ use hearth_core::encoding::key::{
     Direction,
 };
 use hearth_core::error::ErrorCode;
-use hearth_core::index::config::{FieldMode, QueryScope};
+use hearth_core::index::config::{parse_index_file, FieldMode, IndexFileError, QueryScope};
 use hearth_core::index::def::{IndexCatalog, IndexDef};
 use hearth_core::index::keys::{
     decode_document_key, decode_entry, document_entries, document_key, field_direction,
@@ -158,6 +158,30 @@ fn every_rule_of_documents_is_enforced_by_the_decoder() {
     }
     let (_, big) = rule_breaking_records().pop().unwrap();
     assert_eq!(big.len(), MAX_DOCUMENT_BYTES + 1);
+}
+
+/// Index files are parsed from stored and received text: nesting that would overflow the
+/// JSON5 parser's stack is a syntax error, brackets inside strings and comments do not count,
+/// and files nested within the bound parse as before.
+#[test]
+fn index_files_nested_beyond_the_bound_are_refused() {
+    let deep = format!("{{\"x\": {}1{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let err = parse_index_file(&deep).unwrap_err();
+    assert!(
+        matches!(&err, IndexFileError::Syntax { message, line: 1, .. } if message.contains("128 levels")),
+        "{err}"
+    );
+    let within = format!("{{\"x\": {}1{}}}", "[".repeat(127), "]".repeat(127));
+    assert!(parse_index_file(&within).is_ok());
+    let quoted = format!(
+        "{{\"x\": \"{0}\", 'y': '\\'{0}', // {0}\n /* {0} */ \"indexes\": []}}",
+        "[".repeat(200)
+    );
+    assert!(
+        parse_index_file(&quoted).is_ok(),
+        "{:?}",
+        parse_index_file(&quoted)
+    );
 }
 
 /// How one record is damaged.
