@@ -27,37 +27,25 @@
 //! that held only sentinels stays as an empty map, as Firestore's parser leaves it; the
 //! mutation module treats such a map as a container, not a value, when merging.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use js_sys::{Array, BigInt, Date, Function, JsString, Object, Reflect, Uint8Array};
+use js_sys::{Array, Date, Function, JsString, Object, Reflect, Uint8Array};
 use wasm_bindgen::convert::TryFromJsValue;
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::error::ClientError;
-use super::types::{self, Instance, Sentinel};
+use super::js::{is_plain_object, number_value};
+use super::types::{self, describe, FieldValue, Instance, Sentinel};
 use hearth_core::document::MAX_DEPTH;
 use hearth_core::mutation::{FieldTransform, Mutation, SetMerge};
 use hearth_core::path::{DocumentName, FieldPath};
 use hearth_core::value::{Map, Value};
 
-/// `Number.MAX_SAFE_INTEGER`: 2^53 − 1.
-const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
-
 thread_local! {
     static REFERENCE_FACTORY: RefCell<Option<Function>> = const { RefCell::new(None) };
-    static OBJECT_PROTOTYPE: OnceCell<JsValue> = const { OnceCell::new() };
-}
-
-/// A JS number as Firestore's SDK sends it: `Integer` for safe integers, else `Double`.
-pub fn number_value(n: f64) -> Value {
-    let negative_zero = n == 0.0 && n.is_sign_negative();
-    if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER && !negative_zero {
-        Value::Integer(n as i64)
-    } else {
-        Value::Double(n)
-    }
 }
 
 /// Data passed to `set()`: fields plus sentinel-derived parts.
@@ -109,6 +97,35 @@ pub fn to_value(v: &JsValue) -> Result<Value, ClientError> {
     let mut p = Parser::new(Mode::Plain);
     let value = p.value(v, &mut Vec::new())?;
     Ok(value.expect("sentinels are refused in plain values"))
+}
+
+// `FieldValue.isEqual()` lives here, not with the class in `types`: it compares array
+// operands as the values they convert to, and `types` does not depend on this module.
+#[wasm_bindgen]
+impl FieldValue {
+    /// Whether `other` is the same sentinel with equal operands (strict: `1` and `1.5`
+    /// differ, and so do integer `0` and `-0`).
+    #[wasm_bindgen(js_name = isEqual)]
+    pub fn is_equal(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "FieldValue")] other: &JsValue,
+    ) -> bool {
+        let Ok(Some(Instance::FieldValue(other))) = types::instance_of(other) else {
+            return false;
+        };
+        let elements =
+            |a: &Array| -> Option<Vec<Value>> { a.iter().map(|e| to_value(&e).ok()).collect() };
+        match (self.sentinel(), &other) {
+            (Sentinel::Delete, Sentinel::Delete)
+            | (Sentinel::ServerTimestamp, Sentinel::ServerTimestamp) => true,
+            (Sentinel::Increment(a), Sentinel::Increment(b)) => a == b,
+            (Sentinel::ArrayUnion(a), Sentinel::ArrayUnion(b))
+            | (Sentinel::ArrayRemove(a), Sentinel::ArrayRemove(b)) => {
+                matches!((elements(a), elements(b)), (Some(x), Some(y)) if x == y)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The JS form of a value: see the module doc.
@@ -269,20 +286,6 @@ fn check_data_object(obj: &JsValue) -> Result<(), ClientError> {
     }
 }
 
-/// Whether `v` is a plain object: prototype `Object.prototype` (of this realm) or `null`.
-fn is_plain_object(v: &JsValue) -> bool {
-    if !v.is_object() || Array::is_array(v) {
-        return false;
-    }
-    let proto = Object::get_prototype_of(v);
-    proto.is_null()
-        || OBJECT_PROTOTYPE.with(|p| {
-            let object_prototype =
-                p.get_or_init(|| Object::get_prototype_of(&Object::new().into()).into());
-            Object::is(&proto, object_prototype)
-        })
-}
-
 /// A JS string as UTF-8, or `None` if it holds unpaired surrogates. The conversion turns those
 /// into U+FFFD, so the exact check runs only when U+FFFD shows up.
 fn js_string(v: &JsValue) -> Option<String> {
@@ -299,77 +302,6 @@ fn read_failed(e: &JsValue) -> ClientError {
         None => format!("{e:?}"),
     };
     ClientError::invalid(format!("a value could not be read: {text}"))
-}
-
-/// A short description of a JS value for messages, in Firestore's words.
-pub fn describe(v: &JsValue) -> String {
-    if v.is_undefined() {
-        return "undefined".into();
-    }
-    if v.is_null() {
-        return "null".into();
-    }
-    if let Some(s) = v.as_string() {
-        let short: String = s.chars().take(20).collect();
-        let more = if short.len() < s.len() { "..." } else { "" };
-        return format!("{:?}", format!("{short}{more}"));
-    }
-    if let Some(n) = v.as_f64() {
-        return js_number(n);
-    }
-    if let Some(b) = v.as_bool() {
-        return b.to_string();
-    }
-    if v.is_bigint() {
-        let digits = v
-            .unchecked_ref::<BigInt>()
-            .to_string(10)
-            .map(String::from)
-            .unwrap_or_default();
-        return format!("a bigint ({digits}n)");
-    }
-    if v.is_function() {
-        return "a function".into();
-    }
-    if v.is_symbol() {
-        return "a symbol".into();
-    }
-    if Array::is_array(v) {
-        return "an array".into();
-    }
-    match types::instance_of(v) {
-        Ok(Some(Instance::Timestamp(_))) => return "a Timestamp".into(),
-        Ok(Some(Instance::GeoPoint(_))) => return "a GeoPoint".into(),
-        Ok(Some(Instance::Bytes(_))) => return "a Bytes object".into(),
-        Ok(Some(Instance::FieldPath(_))) => return "a FieldPath".into(),
-        Ok(Some(Instance::FieldValue(s))) => return s.method_name().into(),
-        Ok(Some(Instance::Reference(_))) => return "a DocumentReference".into(),
-        Ok(None) | Err(_) => {}
-    }
-    if is_plain_object(v) {
-        return "an object".into();
-    }
-    match constructor_name(v) {
-        Some(name) => format!("a custom {name} object"),
-        None => "an object".into(),
-    }
-}
-
-fn constructor_name(v: &JsValue) -> Option<String> {
-    let ctor = Reflect::get(v, &JsValue::from_str("constructor")).ok()?;
-    let name = String::from(ctor.dyn_ref::<Function>()?.name());
-    (!name.is_empty()).then_some(name)
-}
-
-/// A number as JS prints it (`NaN`, `Infinity`, `1`, `1.5`).
-pub(crate) fn js_number(n: f64) -> String {
-    if n.is_infinite() {
-        return if n > 0.0 { "Infinity" } else { "-Infinity" }.into();
-    }
-    if n == 0.0 && n.is_sign_negative() {
-        return "-0".into();
-    }
-    n.to_string()
 }
 
 /// One step of the location of a value, for messages: a field name or an array index.

@@ -18,6 +18,7 @@ pub mod convert;
 pub mod engine;
 pub mod error;
 pub mod idb_store;
+pub mod js;
 pub mod lock;
 pub mod sync;
 pub mod types;

@@ -19,16 +19,23 @@
 //!
 //! A `DocumentReference` (defined by the API module) is recognised by its `__hearthKind`
 //! getter and read through its `path` getter (a document path string).
+//!
+//! [`describe`] names any JS value in error messages, these classes included. This module
+//! does not depend on `convert` (which depends on it): `FieldValue.isEqual()`, which compares
+//! array operands as the values they convert to, is defined there.
 
 use std::cell::OnceCell;
 
-use js_sys::{Array, Date, Function, Object, Reflect, Uint8Array};
+use js_sys::{Array, BigInt, Date, Function, Object, Reflect, Uint8Array};
 use wasm_bindgen::convert::TryFromJsValue;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::convert::{self, js_number, number_value};
 use super::error::ClientError;
+use super::js::{
+    base64_decode, base64_encode, constructor_name, is_plain_object, js_error_text, js_number,
+    json_object, number_value,
+};
 use hearth_core::path::{DocumentName, FieldPath as CoreFieldPath};
 use hearth_core::value::{
     GeoPoint as CoreGeoPoint, Timestamp as CoreTimestamp, Value, MAX_TIMESTAMP_SECONDS,
@@ -54,13 +61,6 @@ thread_local! {
 
 fn kind_key() -> JsValue {
     KIND_JS.with(|k| k.get_or_init(|| JsValue::from_str(KIND_KEY)).clone())
-}
-
-fn js_error_text(e: &JsValue) -> String {
-    if let Some(err) = e.dyn_ref::<js_sys::Error>() {
-        return String::from(err.message());
-    }
-    e.as_string().unwrap_or_else(|| format!("{e:?}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -239,14 +239,6 @@ impl Timestamp {
     pub fn core(&self) -> CoreTimestamp {
         self.inner
     }
-}
-
-fn json_object(entries: &[(&str, JsValue)]) -> Object {
-    let o = Object::new();
-    for (k, v) in entries {
-        Reflect::set(&o, &JsValue::from_str(k), v).expect("setting a key of a fresh object");
-    }
-    o
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,56 +421,6 @@ impl Bytes {
     }
 }
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-fn base64_encode(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(BASE64[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Decodes like `atob`: ASCII whitespace is skipped and padding may be left out, but a
-/// stray character, misplaced padding or an impossible length is refused.
-pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let mut symbols: Vec<u8> = s
-        .bytes()
-        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
-        .collect();
-    if symbols.len().is_multiple_of(4) && symbols.ends_with(b"==") {
-        symbols.truncate(symbols.len() - 2);
-    } else if symbols.len().is_multiple_of(4) && symbols.ends_with(b"=") {
-        symbols.truncate(symbols.len() - 1);
-    }
-    if symbols.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(symbols.len() / 4 * 3 + 2);
-    for chunk in symbols.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            let v = BASE64.iter().position(|&x| x == c)? as u32;
-            n |= v << (18 - 6 * i);
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..chunk.len() - 1]);
-    }
-    Some(out)
-}
-
 // ---------------------------------------------------------------------------------------------
 // FieldPath
 
@@ -511,7 +453,7 @@ impl FieldPath {
                         "Invalid field name at argument {}. Field names must be non-empty \
                          strings, but it was: {}",
                         i + 1,
-                        convert::describe(&name)
+                        describe(&name)
                     ))
                     .into())
                 }
@@ -632,7 +574,7 @@ impl FieldValue {
         } else {
             return Err(ClientError::invalid(format!(
                 "FieldValue.increment() requires a number, but it was: {}",
-                convert::describe(n)
+                describe(n)
             ))
             .into());
         };
@@ -658,31 +600,6 @@ impl FieldValue {
     ) -> FieldValue {
         FieldValue {
             sentinel: Sentinel::ArrayRemove(elements),
-        }
-    }
-
-    /// Whether `other` is the same sentinel with equal operands (strict: `1` and `1.5`
-    /// differ, and so do integer `0` and `-0`).
-    #[wasm_bindgen(js_name = isEqual)]
-    pub fn is_equal(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "FieldValue")] other: &JsValue,
-    ) -> bool {
-        let Ok(Some(Instance::FieldValue(other))) = instance_of(other) else {
-            return false;
-        };
-        let elements = |a: &Array| -> Option<Vec<Value>> {
-            a.iter().map(|e| convert::to_value(&e).ok()).collect()
-        };
-        match (&self.sentinel, &other) {
-            (Sentinel::Delete, Sentinel::Delete)
-            | (Sentinel::ServerTimestamp, Sentinel::ServerTimestamp) => true,
-            (Sentinel::Increment(a), Sentinel::Increment(b)) => a == b,
-            (Sentinel::ArrayUnion(a), Sentinel::ArrayUnion(b))
-            | (Sentinel::ArrayRemove(a), Sentinel::ArrayRemove(b)) => {
-                matches!((elements(a), elements(b)), (Some(x), Some(y)) if x == y)
-            }
-            _ => false,
         }
     }
 
@@ -760,6 +677,60 @@ pub fn hearth_kind(v: &JsValue) -> Result<Option<String>, ClientError> {
         return Ok(None);
     }
     Ok(Some(kind))
+}
+
+/// A short description of a JS value for messages, in Firestore's words.
+pub fn describe(v: &JsValue) -> String {
+    if v.is_undefined() {
+        return "undefined".into();
+    }
+    if v.is_null() {
+        return "null".into();
+    }
+    if let Some(s) = v.as_string() {
+        let short: String = s.chars().take(20).collect();
+        let more = if short.len() < s.len() { "..." } else { "" };
+        return format!("{:?}", format!("{short}{more}"));
+    }
+    if let Some(n) = v.as_f64() {
+        return js_number(n);
+    }
+    if let Some(b) = v.as_bool() {
+        return b.to_string();
+    }
+    if v.is_bigint() {
+        let digits = v
+            .unchecked_ref::<BigInt>()
+            .to_string(10)
+            .map(String::from)
+            .unwrap_or_default();
+        return format!("a bigint ({digits}n)");
+    }
+    if v.is_function() {
+        return "a function".into();
+    }
+    if v.is_symbol() {
+        return "a symbol".into();
+    }
+    if Array::is_array(v) {
+        return "an array".into();
+    }
+    match instance_of(v) {
+        Ok(Some(Instance::Timestamp(_))) => return "a Timestamp".into(),
+        Ok(Some(Instance::GeoPoint(_))) => return "a GeoPoint".into(),
+        Ok(Some(Instance::Bytes(_))) => return "a Bytes object".into(),
+        Ok(Some(Instance::FieldPath(_))) => return "a FieldPath".into(),
+        Ok(Some(Instance::FieldValue(s))) => return s.method_name().into(),
+        Ok(Some(Instance::Reference(_))) => return "a DocumentReference".into(),
+        Ok(None) | Err(_) => {}
+    }
+    if is_plain_object(v) {
+        return "an object".into();
+    }
+    match constructor_name(v) {
+        Some(name) => format!("a custom {name} object"),
+        None => "an object".into(),
+    }
 }
 
 /// A Rust copy of one of this module's instances, without touching the caller's object.

@@ -86,7 +86,7 @@ fn jwt_expiry_ms(token: &str) -> Option<f64> {
             c => c,
         })
         .collect();
-    let json = String::from_utf8(crate::client::types::base64_decode(&payload)?).ok()?;
+    let json = String::from_utf8(crate::client::js::base64_decode(&payload)?).ok()?;
     let claims = js_sys::JSON::parse(&json).ok()?;
     Some(Reflect::get(&claims, &"exp".into()).ok()?.as_f64()? * 1000.0)
 }

@@ -1,0 +1,129 @@
+//! Small helpers over JavaScript values that the value classes (`types`) and the conversion
+//! of data (`convert`) share, and the sync layer's token reading: number classification and
+//! printing, plain-object tests, error texts, base64. A leaf: it names neither of those
+//! modules, so they can depend on it without depending on each other both ways.
+
+use std::cell::OnceCell;
+
+use js_sys::{Array, Function, Object, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+
+use hearth_core::value::Value;
+
+/// `Number.MAX_SAFE_INTEGER`: 2^53 − 1.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+thread_local! {
+    static OBJECT_PROTOTYPE: OnceCell<JsValue> = const { OnceCell::new() };
+}
+
+/// A JS number as Firestore's SDK sends it: `Integer` for safe integers, else `Double`.
+pub fn number_value(n: f64) -> Value {
+    let negative_zero = n == 0.0 && n.is_sign_negative();
+    if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER && !negative_zero {
+        Value::Integer(n as i64)
+    } else {
+        Value::Double(n)
+    }
+}
+
+/// A number as JS prints it (`NaN`, `Infinity`, `1`, `1.5`).
+pub(crate) fn js_number(n: f64) -> String {
+    if n.is_infinite() {
+        return if n > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if n == 0.0 && n.is_sign_negative() {
+        return "-0".into();
+    }
+    n.to_string()
+}
+
+/// Whether `v` is a plain object: prototype `Object.prototype` (of this realm) or `null`.
+pub(crate) fn is_plain_object(v: &JsValue) -> bool {
+    if !v.is_object() || Array::is_array(v) {
+        return false;
+    }
+    let proto = Object::get_prototype_of(v);
+    proto.is_null()
+        || OBJECT_PROTOTYPE.with(|p| {
+            let object_prototype =
+                p.get_or_init(|| Object::get_prototype_of(&Object::new().into()).into());
+            Object::is(&proto, object_prototype)
+        })
+}
+
+/// The name of `v`'s constructor, if it has a named one (`a custom Foo object`).
+pub(crate) fn constructor_name(v: &JsValue) -> Option<String> {
+    let ctor = Reflect::get(v, &JsValue::from_str("constructor")).ok()?;
+    let name = String::from(ctor.dyn_ref::<Function>()?.name());
+    (!name.is_empty()).then_some(name)
+}
+
+/// The text of a thrown JS value: an `Error`'s message, a string, or its debug form.
+pub(crate) fn js_error_text(e: &JsValue) -> String {
+    if let Some(err) = e.dyn_ref::<js_sys::Error>() {
+        return String::from(err.message());
+    }
+    e.as_string().unwrap_or_else(|| format!("{e:?}"))
+}
+
+/// A fresh plain object with `entries` as its properties (for `toJSON()`).
+pub(crate) fn json_object(entries: &[(&str, JsValue)]) -> Object {
+    let o = Object::new();
+    for (k, v) in entries {
+        Reflect::set(&o, &JsValue::from_str(k), v).expect("setting a key of a fresh object");
+    }
+    o
+}
+
+/// The standard base64 alphabet.
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Encodes with the standard alphabet, padded.
+pub(crate) fn base64_encode(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(BASE64[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes like `atob`: ASCII whitespace is skipped and padding may be left out, but a
+/// stray character, misplaced padding or an impossible length is refused.
+pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut symbols: Vec<u8> = s
+        .bytes()
+        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
+        .collect();
+    if symbols.len().is_multiple_of(4) && symbols.ends_with(b"==") {
+        symbols.truncate(symbols.len() - 2);
+    } else if symbols.len().is_multiple_of(4) && symbols.ends_with(b"=") {
+        symbols.truncate(symbols.len() - 1);
+    }
+    if symbols.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(symbols.len() / 4 * 3 + 2);
+    for chunk in symbols.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            let v = BASE64.iter().position(|&x| x == c)? as u32;
+            n |= v << (18 - 6 * i);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len() - 1]);
+    }
+    Some(out)
+}
