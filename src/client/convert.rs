@@ -79,7 +79,9 @@ impl SetData {
 /// Data passed to `update()`: field paths to set (`Some`) or delete (`None`), plus transforms.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UpdateData {
+    /// The field paths to set (`Some`) or delete (`None`), in argument order.
     pub fields: Vec<(FieldPath, Option<Value>)>,
+    /// `serverTimestamp`, `increment`, `arrayUnion`, `arrayRemove`, in argument order.
     pub transforms: Vec<(FieldPath, FieldTransform)>,
 }
 
@@ -366,8 +368,11 @@ enum Mode {
 }
 
 struct Parser {
+    /// What the data is for: which sentinels are allowed where.
     mode: Mode,
+    /// The transforms taken out of the data so far, in data order.
     transforms: Vec<(FieldPath, FieldTransform)>,
+    /// The `FieldValue.delete()` paths taken out so far (merge sets only).
     deletes: Vec<FieldPath>,
 }
 

@@ -10,18 +10,22 @@ use std::task::{Context, Poll, Waker};
 
 #[derive(Default)]
 struct State {
+    /// Whether a guard is alive.
     locked: Cell<bool>,
+    /// Tasks waiting for the lock, first come first served.
     waiters: RefCell<VecDeque<Waker>>,
 }
 
 /// The lock. Clone shares it.
 #[derive(Clone, Default)]
 pub struct AsyncLock {
+    /// Shared by clones and guards: one lock however many handles.
     state: Rc<State>,
 }
 
 /// Held while alive; releasing wakes the next waiter.
 pub struct Guard {
+    /// The lock this guard holds, released on drop.
     state: Rc<State>,
 }
 
@@ -35,6 +39,7 @@ impl Drop for Guard {
 }
 
 struct Acquire {
+    /// The lock being waited for.
     state: Rc<State>,
 }
 

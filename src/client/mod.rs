@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! JS ──► api (Hearth, references, queries, batches, snapshots) ──► engine
-//!          ▲  values: convert, types                                 │
+//!          ▲  values: convert ─► types ─► js                         │
 //!          └──────── listener callbacks (queued, flushed after) ◄────┤
 //!                                                   idb (IndexedDB) ◄┤► sync (WebSocket)
 //! ```

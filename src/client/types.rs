@@ -71,6 +71,7 @@ fn kind_key() -> JsValue {
 #[wasm_bindgen]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timestamp {
+    /// The core value it wraps (the core types carry no `#[wasm_bindgen]`).
     inner: CoreTimestamp,
 }
 
@@ -248,6 +249,7 @@ impl Timestamp {
 #[wasm_bindgen]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GeoPoint {
+    /// The core value it wraps (the core types carry no `#[wasm_bindgen]`).
     inner: CoreGeoPoint,
 }
 
@@ -338,6 +340,7 @@ impl GeoPoint {
 #[wasm_bindgen]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bytes {
+    /// The bytes, owned: JS gets copies, so the value stays immutable.
     data: Vec<u8>,
 }
 
@@ -429,6 +432,7 @@ impl Bytes {
 #[wasm_bindgen]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldPath {
+    /// The core path it wraps (validated at construction).
     inner: CoreFieldPath,
 }
 
@@ -541,6 +545,7 @@ impl Sentinel {
 #[wasm_bindgen]
 #[derive(Clone, Debug)]
 pub struct FieldValue {
+    /// What the sentinel asks for, turned into a transform or a delete when a write is parsed.
     sentinel: Sentinel,
 }
 

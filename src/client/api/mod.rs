@@ -27,7 +27,9 @@ use hearth_core::path::{CollectionPath, DocumentName};
 
 /// One open database: the engine and, when a relay is configured, its connection.
 pub struct Db {
+    /// The local database: IndexedDB, the write queue, listeners.
     pub(crate) engine: Rc<Engine>,
+    /// The relay connection; `None` for a local-only database.
     pub(crate) sync: Option<Rc<Sync>>,
     /// Tells other tabs (and workers) of this origin which documents changed locally.
     channel: std::cell::RefCell<
@@ -216,6 +218,7 @@ fn ws_url(relay: &str) -> String {
 /// A Hearth database handle.
 #[wasm_bindgen]
 pub struct Hearth {
+    /// The open database every reference and snapshot made from this handle shares.
     db: Rc<Db>,
 }
 

@@ -27,6 +27,7 @@ use hearth_core::value::Value;
 #[wasm_bindgen]
 #[derive(Clone)]
 pub struct Filter {
+    /// The core filter it stands for.
     inner: CoreFilter,
 }
 
@@ -111,6 +112,7 @@ impl Filter {
 #[wasm_bindgen]
 #[derive(Clone)]
 pub struct AggregateField {
+    /// The core aggregation it stands for.
     inner: Aggregation,
 }
 
@@ -164,7 +166,9 @@ fn parse_aggregate(v: &JsValue) -> Result<Aggregation, ClientError> {
 #[wasm_bindgen]
 #[derive(Clone)]
 pub struct Query {
+    /// The database it runs against.
     pub(crate) db: Rc<Db>,
+    /// The core query, built up by the chained methods (each returns a new `Query`).
     pub(crate) query: CoreQuery,
 }
 
@@ -172,7 +176,9 @@ pub struct Query {
 #[wasm_bindgen]
 #[derive(Clone)]
 pub struct CollectionReference {
+    /// The database the collection belongs to.
     pub(crate) db: Rc<Db>,
+    /// The collection's path.
     pub(crate) path: CollectionPath,
 }
 
@@ -568,7 +574,10 @@ macro_rules! query_methods {
 /// An aggregation over a query; `get()` runs it.
 #[wasm_bindgen]
 pub struct AggregateQuery {
+    /// The query whose result is aggregated.
     query: Query,
+    /// The `{ alias: AggregateField }` object as given, read when `get()` runs (`undefined`: a
+    /// count).
     spec: JsValue,
 }
 

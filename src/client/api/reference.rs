@@ -20,7 +20,9 @@ use hearth_core::protocol::ServerMessage;
 #[wasm_bindgen]
 #[derive(Clone)]
 pub struct DocumentReference {
+    /// The database the document belongs to.
     pub(crate) db: Rc<Db>,
+    /// The document's full path.
     pub(crate) name: DocumentName,
 }
 
@@ -36,8 +38,11 @@ impl DocumentReference {
 /// Parsed `onSnapshot` arguments: `(next, error?)`, `(options, next, error?)` or an observer
 /// `{ next, error }`.
 pub(crate) struct Observer {
+    /// Called with each snapshot.
     pub next: Function,
+    /// Called once if the listener fails (it is removed then).
     pub error: Option<Function>,
+    /// `includeMetadataChanges`: raise snapshots whose metadata alone changed.
     pub include_metadata: bool,
 }
 
@@ -75,7 +80,9 @@ pub(crate) fn observer(a: JsValue, b: JsValue, c: JsValue) -> Result<Observer, C
 /// A listener being registered: unsubscribing before registration finishes cancels it.
 #[derive(Default)]
 pub(crate) struct ListenHandle {
+    /// The engine's listener id, once registration finished (taken by unsubscribing).
     id: std::cell::Cell<Option<u64>>,
+    /// Set by unsubscribing: a registration finishing later removes its listener at once.
     cancelled: std::cell::Cell<bool>,
 }
 

@@ -16,7 +16,9 @@ use hearth_core::query::view::{ChangeType, DocChange};
 #[wasm_bindgen]
 #[derive(Clone, Copy)]
 pub struct SnapshotMetadata {
+    /// `hasPendingWrites`.
     pending: bool,
+    /// `fromCache`.
     cache: bool,
 }
 
@@ -42,9 +44,13 @@ impl SnapshotMetadata {
 #[wasm_bindgen]
 #[derive(Clone)]
 pub struct DocumentSnapshot {
+    /// The database, for `ref`.
     pub(crate) db: Rc<Db>,
+    /// The document's full path (also when it does not exist).
     pub(crate) name: DocumentName,
+    /// The document as read; `None`: it does not exist.
     pub(crate) doc: Option<Document>,
+    /// Its metadata.
     pub(crate) meta: SnapshotMetadata,
 }
 
@@ -125,10 +131,15 @@ impl DocumentSnapshot {
 /// A query's result.
 #[wasm_bindgen]
 pub struct QuerySnapshot {
+    /// The database, for the documents' snapshots and `query`.
     pub(crate) db: Rc<Db>,
+    /// The query this is a result of (`snapshot.query`).
     pub(crate) query: hearth_core::query::model::Query,
+    /// The result in query order, each with whether a pending write touches it.
     pub(crate) docs: Vec<(Document, bool)>,
+    /// What `docChanges()` reports.
     pub(crate) changes: Vec<DocChange>,
+    /// The whole result's metadata.
     pub(crate) meta: SnapshotMetadata,
 }
 
@@ -228,6 +239,7 @@ impl QuerySnapshot {
 /// The result of an aggregation: `data()` maps each alias to its value.
 #[wasm_bindgen]
 pub struct AggregateQuerySnapshot {
+    /// Each alias with its value, in the order the aggregations were given.
     pub(crate) values: Vec<(String, hearth_core::value::Value)>,
 }
 

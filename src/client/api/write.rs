@@ -35,8 +35,11 @@ fn reference_name(v: &JsValue) -> Result<DocumentName, ClientError> {
 /// Writes applied together, atomically, by `commit()`.
 #[wasm_bindgen]
 pub struct WriteBatch {
+    /// The database the batch commits to.
     db: Rc<Db>,
+    /// The writes so far, in call order.
     mutations: RefCell<Vec<Mutation>>,
+    /// Set by `commit()`: a batch commits once, and takes no writes after.
     committed: std::cell::Cell<bool>,
 }
 
@@ -106,8 +109,12 @@ type Reads = Vec<(DocumentName, Option<u64>)>;
 /// A transaction in progress: reads go to the relay and are recorded; writes are buffered.
 #[wasm_bindgen]
 pub struct Transaction {
+    /// The database the transaction runs against.
     db: Rc<Db>,
+    /// The documents read, with the versions the relay revalidates at commit; shared by the
+    /// handles the chained methods return.
     reads: Rc<RefCell<Reads>>,
+    /// The buffered writes, sent with the reads at commit; shared like `reads`.
     writes: Rc<RefCell<Vec<Mutation>>>,
 }
 

@@ -24,7 +24,9 @@ use web_sys::{
 
 /// The latest event outcome not yet taken, and who to wake when one arrives.
 struct Slot<T> {
+    /// The outcome not yet taken by a poll.
     value: Option<T>,
+    /// The task to wake when an outcome arrives.
     waker: Option<Waker>,
 }
 
@@ -88,9 +90,13 @@ fn handler(slot: &Shared<bool>, outcome: bool) -> Closure<dyn FnMut(Event)> {
 /// The success and error events of one request; a cursor's request fires again after each
 /// `continue()`.
 pub(super) struct RequestEvents {
+    /// The request, for its result or error and to detach the handlers on drop.
     request: IdbRequest,
+    /// The next outcome: `true` for success, `false` for error.
     slot: Shared<bool>,
+    /// The `success` handler, alive as long as the request is watched.
     _on_success: Closure<dyn FnMut(Event)>,
+    /// The `error` handler, alive as long as the request is watched.
     _on_error: Closure<dyn FnMut(Event)>,
 }
 
@@ -135,9 +141,13 @@ impl Drop for RequestEvents {
 /// The end of a transaction: `complete` (durable, for a strict readwrite transaction) or
 /// `abort`.
 pub(super) struct TxEvents {
+    /// The transaction, for its error and to detach the handlers on drop.
     tx: IdbTransaction,
+    /// The outcome: `true` for `complete`, `false` for `abort`.
     slot: Shared<bool>,
+    /// The `complete` handler, alive as long as the transaction is watched.
     _on_complete: Closure<dyn FnMut(Event)>,
+    /// The `abort` handler, alive as long as the transaction is watched.
     _on_abort: Closure<dyn FnMut(Event)>,
 }
 
@@ -190,11 +200,15 @@ pub(super) type Upgrade = fn(&IdbDatabase, &IdbTransaction, u32, u32) -> Result<
 
 /// The events of an `indexedDB.open` or `deleteDatabase` request.
 pub(super) struct OpenEvents {
+    /// The open or delete request.
     request: IdbOpenDbRequest,
+    /// How the request ended (or that it is blocked), not yet taken.
     slot: Rc<RefCell<Slot<OpenOutcome>>>,
     /// Set once `success` or `error` fired: the request is over.
     settled: Rc<Cell<bool>>,
+    /// The `success`, `error` and `blocked` handlers, alive as long as the request is watched.
     _handlers: Vec<Closure<dyn FnMut(Event)>>,
+    /// The `upgradeneeded` handler that runs the schema upgrade (opens only).
     _on_upgrade: Option<Closure<dyn FnMut(IdbVersionChangeEvent)>>,
 }
 

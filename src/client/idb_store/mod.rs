@@ -130,6 +130,7 @@ impl Drop for Inner {
 /// The client's IndexedDB database. Clones share one connection.
 #[derive(Clone)]
 pub struct IdbStore {
+    /// The connection and its state, shared by clones.
     inner: Rc<Inner>,
 }
 
@@ -487,7 +488,10 @@ pub const BLOCKED_GRACE_MS: i32 = 1000;
 
 /// A write batch whose requests are made; see [`IdbStore::begin_write`].
 pub struct WriteInFlight {
+    /// The store, for its error messages; it also keeps the connection open until the write
+    /// is done.
     store: IdbStore,
+    /// The transaction's `complete` or `abort`.
     events: TxEvents,
 }
 

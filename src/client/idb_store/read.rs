@@ -51,7 +51,10 @@ pub enum ScanMethod {
 /// (as JavaScript values, not copied) and serve this read's later gets of those documents,
 /// so a query's index scan and its document fetch make one request, not two.
 pub struct IdbRead {
+    /// The store it reads: fresh transactions, and its error messages.
     store: IdbStore,
+    /// The read-only transaction requests go through; replaced by a fresh one when it went
+    /// inactive (IndexedDB ends a transaction that has no request pending).
     tx: RefCell<IdbTransaction>,
     /// Document key → record, from `entries` scans.
     prefetched: RefCell<HashMap<Vec<u8>, JsValue>>,
