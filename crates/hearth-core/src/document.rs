@@ -17,6 +17,8 @@ pub const MAX_DEPTH: usize = 20;
 /// A stored document.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Document {
+    /// The document's full path (`collection/id(/collection/id)*`), which also gives its
+    /// collection and its key in the documents table.
     pub name: DocumentName,
     /// Shared: cloning a document (views, snapshots, fan-out) does not copy its fields.
     pub fields: Arc<Map>,

@@ -29,7 +29,10 @@ pub enum Table {
 /// A half-open byte range `[start, end)`; `end == None` runs to the end of the table.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct KeyRange {
+    /// The first key in the range (inclusive).
     pub start: Vec<u8>,
+    /// The first key past the range (exclusive); `None` runs to the end of the table. An end
+    /// at or before `start` makes the range empty rather than invalid.
     pub end: Option<Vec<u8>>,
 }
 
@@ -104,7 +107,12 @@ pub fn block_on_ready<F: Future>(f: F) -> F::Output {
 /// An in-memory store: the reference implementation for tests and benchmarks.
 #[derive(Clone, Debug, Default)]
 pub struct MemStore {
+    /// The documents table: document key → encoded document. [`MemStore::write_document`]
+    /// keeps it consistent with `index`; public, like [`MemStore::table_mut`], so that tests
+    /// can set up any state, corrupt records included.
     pub documents: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The index table: entry key → empty value, exactly the entries of the stored documents
+    /// when every write goes through `write_document`.
     pub index: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 

@@ -90,12 +90,15 @@ fn split_checked(path: &str) -> Result<Vec<String>, PathError> {
 /// The name of a document: `collection/id(/collection/id)*`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DocumentName {
+    /// An even number (at least 2) of valid segments (private: every constructor validates
+    /// them, so a name in hand is always a valid name).
     segments: Vec<String>,
 }
 
 /// The path of a collection: `collection(/id/collection)*`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CollectionPath {
+    /// An odd number of valid segments (private, as for [`DocumentName`]).
     segments: Vec<String>,
 }
 
@@ -216,6 +219,8 @@ impl fmt::Display for CollectionPath {
 /// contain dots or other special characters (`` a.`b.c` ``). `__name__` is the document id.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FieldPath {
+    /// At least one segment, each non-empty and at most [`MAX_FIELD_NAME_BYTES`] (private:
+    /// the constructors check them).
     segments: Vec<String>,
 }
 

@@ -51,7 +51,11 @@ pub enum TypeClass {
 /// A point in time: seconds since the Unix epoch and nanoseconds, truncated to microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp {
+    /// Seconds since the Unix epoch, within [`MIN_TIMESTAMP_SECONDS`] and
+    /// [`MAX_TIMESTAMP_SECONDS`] (private: [`Timestamp::new`] checks the range).
     seconds: i64,
+    /// Nanoseconds within the second: `0..1e9` and a whole number of microseconds (private:
+    /// `new` truncates, so equal instants have one representation).
     nanos: i32,
 }
 
@@ -64,7 +68,9 @@ pub const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("timestamp out of range: seconds {seconds}, nanoseconds {nanos} (allowed: years 1 to 9999, nanoseconds 0 to 999999999)")]
 pub struct TimestampRangeError {
+    /// The seconds that were asked for.
     pub seconds: i64,
+    /// The nanoseconds that were asked for.
     pub nanos: i64,
 }
 
@@ -115,7 +121,9 @@ impl Timestamp {
 /// A latitude/longitude pair. Ordered by latitude, then longitude.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GeoPoint {
+    /// Degrees in `[-90, 90]`, never -0.0 (private: [`GeoPoint::new`] checks and normalizes).
     latitude: f64,
+    /// Degrees in `[-180, 180]`, never -0.0.
     longitude: f64,
 }
 
@@ -123,7 +131,9 @@ pub struct GeoPoint {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("geopoint out of range: latitude {latitude} must be in [-90, 90] and longitude {longitude} in [-180, 180]")]
 pub struct GeoPointRangeError {
+    /// The latitude that was asked for.
     pub latitude: f64,
+    /// The longitude that was asked for.
     pub longitude: f64,
 }
 
@@ -157,8 +167,12 @@ impl GeoPoint {
 /// remainder, and it is below 2^11. Lexicographic order of `(base, rest)` is numeric order.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NumberKey {
-    pub base: f64,
-    pub rest: u16,
+    /// The largest double not above the number (never NaN, never -0.0). Private with
+    /// `rest`: only [`NumberKey::of_int`] and [`NumberKey::of_double`] make the split, so
+    /// every key is the one split of its number and order-equal numbers have equal keys.
+    base: f64,
+    /// What the double `base` misses of an int64 beyond 2^53: below 2^11, zero for doubles.
+    rest: u16,
 }
 
 impl NumberKey {
@@ -181,6 +195,16 @@ impl NumberKey {
             base: d + 0.0,
             rest: 0,
         })
+    }
+
+    /// The largest double not above the number.
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// The non-negative remainder: `number == base + rest`.
+    pub fn rest(&self) -> u16 {
+        self.rest
     }
 
     pub fn cmp_key(&self, other: &NumberKey) -> Ordering {

@@ -28,7 +28,7 @@
 use std::cmp::Ordering;
 
 use crate::path::DocumentName;
-use crate::value::{GeoPoint, Map, NumberKey, Timestamp, Value};
+use crate::value::{GeoPoint, Map, Timestamp, Value};
 
 pub(crate) const END: u8 = 0x00;
 const MAP_KEY: u8 = 0x01;
@@ -142,8 +142,8 @@ fn write_asc(v: &Value, out: &mut Vec<u8>, kinds: &mut NumberKinds) {
             None => out.push(TAG_NAN),
             Some(k) => {
                 out.push(TAG_NUMBER);
-                out.extend_from_slice(&f64_ordered(k.base));
-                out.extend_from_slice(&k.rest.to_be_bytes());
+                out.extend_from_slice(&f64_ordered(k.base()));
+                out.extend_from_slice(&k.rest().to_be_bytes());
                 kinds.push(match v {
                     Value::Integer(_) => NumberKind::Integer,
                     Value::Double(d) if *d == 0.0 && d.is_sign_negative() => {
@@ -285,8 +285,12 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// A reader over key bytes in one direction.
 pub struct KeyReader<'a> {
+    /// The key being read (untrusted: every read checks its bounds).
     bytes: &'a [u8],
+    /// The next byte to read; past the end means the key is used up.
     pos: usize,
+    /// XORed into every byte read: 0xFF for a descending component, whose bytes were
+    /// written complemented.
     flip: u8,
 }
 
@@ -410,12 +414,12 @@ impl<'a> KeyReader<'a> {
             TAG_NUMBER => {
                 let base = f64_from_ordered(self.array::<8>()?);
                 let rest = u16::from_be_bytes(self.array::<2>()?);
-                let v = number_from_key(NumberKey { base, rest }, kinds.next().copied())?;
+                let v = number_from_key(base, rest, kinds.next().copied())?;
                 // Only the split the encoder makes decodes (no NaN under this tag, no -0.0
                 // base, no integer split another way), so a key re-encodes to its own bytes.
                 let canonical = v
                     .number_key()
-                    .is_some_and(|k| k.base.to_bits() == base.to_bits() && k.rest == rest);
+                    .is_some_and(|k| k.base().to_bits() == base.to_bits() && k.rest() == rest);
                 if !canonical {
                     return Err(KeyDecodeError::Invalid(format!(
                         "number {base:?} + {rest} is not in its canonical form"
@@ -492,25 +496,32 @@ impl<'a> KeyReader<'a> {
     }
 }
 
-fn number_from_key(k: NumberKey, kind: Option<NumberKind>) -> Result<Value, KeyDecodeError> {
+/// The number a key's `(base, rest)` pair and kind stand for. The pair comes from bytes, so
+/// it may be any pair, not only the split [`NumberKey`](crate::value::NumberKey) makes; the
+/// caller checks that.
+fn number_from_key(
+    base: f64,
+    rest: u16,
+    kind: Option<NumberKind>,
+) -> Result<Value, KeyDecodeError> {
     let as_int = || -> Result<Value, KeyDecodeError> {
-        if k.base.fract() != 0.0 || !k.base.is_finite() {
+        if base.fract() != 0.0 || !base.is_finite() {
             return Err(KeyDecodeError::Invalid("integer with a fraction".into()));
         }
         // `as` saturates far outside i64, so the sum can overflow on bytes from outside.
-        (k.base as i128)
-            .checked_add(i128::from(k.rest))
+        (base as i128)
+            .checked_add(i128::from(rest))
             .and_then(|exact| i64::try_from(exact).ok())
             .map(Value::Integer)
             .ok_or_else(|| KeyDecodeError::Invalid("integer out of range".into()))
     };
     match kind {
         Some(NumberKind::Integer) => as_int(),
-        Some(NumberKind::NegativeZero) if k.base == 0.0 && k.rest == 0 => Ok(Value::Double(-0.0)),
+        Some(NumberKind::NegativeZero) if base == 0.0 && rest == 0 => Ok(Value::Double(-0.0)),
         Some(NumberKind::NegativeZero) => Err(KeyDecodeError::Invalid(
             "-0.0 kind on a non-zero number".into(),
         )),
-        Some(NumberKind::Double) | None if k.rest == 0 => Ok(Value::Double(k.base)),
+        Some(NumberKind::Double) | None if rest == 0 => Ok(Value::Double(base)),
         Some(NumberKind::Double) => Err(KeyDecodeError::Invalid("double with a remainder".into())),
         None => as_int(),
     }

@@ -66,7 +66,9 @@ pub enum FieldMode {
 /// One field of a composite index, in index order.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IndexFieldSpec {
+    /// The indexed field (`__name__` only as the last field, to set the name's direction).
     pub field_path: FieldPath,
+    /// Ascending, descending, or array-contains.
     pub mode: FieldMode,
 }
 
@@ -76,14 +78,18 @@ pub struct IndexFieldSpec {
 pub struct CompositeIndexSpec {
     /// The collection id (last path segment) the index applies to.
     pub collection_group: String,
+    /// One collection at a time, or the whole collection group.
     pub query_scope: QueryScope,
+    /// The fields in index order.
     pub fields: Vec<IndexFieldSpec>,
 }
 
 /// One single-field index kept for an overridden field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OverrideIndexSpec {
+    /// Ascending, descending, or array-contains.
     pub mode: FieldMode,
+    /// One collection at a time, or the whole collection group.
     pub query_scope: QueryScope,
 }
 
@@ -92,15 +98,20 @@ pub struct OverrideIndexSpec {
 /// `(mode, query_scope)` pair twice, and no two overrides for the same group and field.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FieldOverrideSpec {
+    /// The collection id the override applies to.
     pub collection_group: String,
+    /// The field; an override on a map field applies to its subfields too.
     pub field_path: FieldPath,
+    /// The single-field indexes the field keeps; empty exempts it from indexing.
     pub indexes: Vec<OverrideIndexSpec>,
 }
 
 /// The whole `firestore.indexes.json` file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IndexFile {
+    /// `"indexes"`: the composite indexes, in file order.
     pub indexes: Vec<CompositeIndexSpec>,
+    /// `"fieldOverrides"`: changes to the automatic single-field indexes, in file order.
     pub field_overrides: Vec<FieldOverrideSpec>,
 }
 

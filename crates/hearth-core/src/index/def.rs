@@ -29,18 +29,23 @@ use crate::value::{Map, Value};
 pub const INDEX_ID_LEN: usize = 8;
 
 /// One index: which documents it covers and how its entries are ordered.
+///
+/// The fields are private and set only by [`IndexDef::new`]: `id` is a digest of the others,
+/// so changing one afterwards would file entries under another index's id.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IndexDef {
-    pub collection_group: String,
-    pub scope: QueryScope,
+    /// The collection id whose documents the index covers.
+    collection_group: String,
+    /// One collection's documents at a time (entries keyed by parent), or the whole group.
+    scope: QueryScope,
     /// Indexed fields in key order. Never contains `__name__`: the name always follows.
-    pub fields: Vec<(FieldPath, FieldMode)>,
+    fields: Vec<(FieldPath, FieldMode)>,
     /// Direction of the trailing document name: an explicit trailing `__name__` field's,
     /// else the last ordered field's, else ascending.
-    pub name_dir: Direction,
+    name_dir: Direction,
     /// First bytes of every entry key: a digest of the definition, so that both sides of
     /// the sync compute the same keys without sharing a registry.
-    pub id: [u8; INDEX_ID_LEN],
+    id: [u8; INDEX_ID_LEN],
 }
 
 pub fn mode_direction(mode: FieldMode) -> Option<Direction> {
@@ -78,6 +83,31 @@ impl IndexDef {
         let digest = Sha256::digest(def.canonical().as_bytes());
         def.id.copy_from_slice(&digest[..INDEX_ID_LEN]);
         def
+    }
+
+    /// The collection id whose documents the index covers.
+    pub fn collection_group(&self) -> &str {
+        &self.collection_group
+    }
+
+    /// Whether entries are per collection (keyed by parent) or across the collection group.
+    pub fn scope(&self) -> QueryScope {
+        self.scope
+    }
+
+    /// The indexed fields in key order, without `__name__` (the name always follows them).
+    pub fn fields(&self) -> &[(FieldPath, FieldMode)] {
+        &self.fields
+    }
+
+    /// The direction of the document name that ends every entry.
+    pub fn name_dir(&self) -> Direction {
+        self.name_dir
+    }
+
+    /// The first bytes of every entry key: a digest of the definition.
+    pub fn id(&self) -> &[u8; INDEX_ID_LEN] {
+        &self.id
     }
 
     pub fn from_spec(spec: &CompositeIndexSpec) -> IndexDef {
@@ -145,8 +175,11 @@ impl IndexDef {
 /// Which single-field indexes are enabled for one field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SingleFieldModes {
+    /// An ascending index is kept.
     pub ascending: bool,
+    /// A descending index is kept (stored as the ascending one, which serves both).
     pub descending: bool,
+    /// An array-contains index is kept.
     pub array_contains: bool,
 }
 
@@ -179,9 +212,12 @@ impl SingleFieldModes {
 /// All index definitions of one database.
 #[derive(Clone, Debug, Default)]
 pub struct IndexCatalog {
+    /// The composite indexes, each once (private with `source`: both describe the same
+    /// indexes, and `add_composite` changes them together).
     composites: Vec<IndexDef>,
     /// Overrides by collection group, then field path.
     overrides: HashMap<String, Vec<FieldOverrideSpec>>,
+    /// The index file this catalog stands for, with any index added since.
     source: IndexFile,
 }
 

@@ -55,8 +55,8 @@ pub fn decode_document_key(key: &[u8]) -> Result<DocumentName, KeyDecodeError> {
 
 /// The prefix of every entry of `def` for documents in `parent` (ignored for group scope).
 pub fn index_prefix(def: &IndexDef, parent: &CollectionPath) -> Vec<u8> {
-    let mut out = def.id.to_vec();
-    if def.scope == QueryScope::Collection {
+    let mut out = def.id().to_vec();
+    if def.scope() == QueryScope::Collection {
         write_segments(parent.segments(), &mut out);
     }
     out
@@ -64,15 +64,15 @@ pub fn index_prefix(def: &IndexDef, parent: &CollectionPath) -> Vec<u8> {
 
 /// The prefix of every entry of a collection-group index.
 pub fn group_prefix(def: &IndexDef) -> Vec<u8> {
-    debug_assert_eq!(def.scope, QueryScope::CollectionGroup);
-    def.id.to_vec()
+    debug_assert_eq!(def.scope(), QueryScope::CollectionGroup);
+    def.id().to_vec()
 }
 
 /// Appends the name component of an entry.
 pub fn write_entry_name(def: &IndexDef, name: &DocumentName, out: &mut Vec<u8>) {
-    match def.scope {
-        QueryScope::Collection => write_string(name.id(), def.name_dir, out),
-        QueryScope::CollectionGroup => write_name(name, def.name_dir, out),
+    match def.scope() {
+        QueryScope::Collection => write_string(name.id(), def.name_dir(), out),
+        QueryScope::CollectionGroup => write_name(name, def.name_dir(), out),
     }
 }
 
@@ -85,8 +85,8 @@ pub fn field_direction(mode: FieldMode) -> Direction {
 /// not an array), one per order-distinct element (its first occurrence) for an
 /// array-contains field.
 pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
-    let mut per_field: Vec<Vec<Value>> = Vec::with_capacity(def.fields.len());
-    for (path, mode) in &def.fields {
+    let mut per_field: Vec<Vec<Value>> = Vec::with_capacity(def.fields().len());
+    for (path, mode) in def.fields() {
         let Some(v) = doc.field(path) else {
             return Vec::new();
         };
@@ -119,7 +119,7 @@ pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
     loop {
         let mut key = prefix.clone();
         let mut kinds = Vec::new();
-        for (i, (_, mode)) in def.fields.iter().enumerate() {
+        for (i, (_, mode)) in def.fields().iter().enumerate() {
             write_value(
                 &per_field[i][choice[i]],
                 field_direction(*mode),
@@ -158,7 +158,10 @@ pub fn document_entries(catalog: &IndexCatalog, doc: &Document) -> BTreeSet<Vec<
 /// The index entries a document change removes and adds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IndexDiff {
+    /// Entries of the old document that the new one lacks, in key order.
     pub deletes: Vec<Vec<u8>>,
+    /// Entries of the new document that the old one lacked, in key order (never one that
+    /// is also deleted).
     pub inserts: Vec<Vec<u8>>,
 }
 
@@ -184,28 +187,30 @@ pub fn index_diff(
 /// A decoded index entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodedEntry {
+    /// One value per field of the index, in its order (an array-contains field's element).
     pub values: Vec<Value>,
+    /// The document the entry belongs to.
     pub name: DocumentName,
 }
 
 /// Decodes an entry of `def`. For collection scope the parent comes from the key's scope.
 pub fn decode_entry(def: &IndexDef, key: &[u8]) -> Result<DecodedEntry, KeyDecodeError> {
     let (ordered, kinds) = split_kinds(key)?;
-    if ordered.len() < def.id.len() || ordered[..def.id.len()] != def.id {
+    let Some(rest) = ordered.strip_prefix(def.id().as_slice()) else {
         return Err(KeyDecodeError::Invalid("entry of another index".into()));
-    }
-    let mut r = KeyReader::new(&ordered[def.id.len()..]);
-    let parent = match def.scope {
+    };
+    let mut r = KeyReader::new(rest);
+    let parent = match def.scope() {
         QueryScope::Collection => Some(r.segments()?),
         QueryScope::CollectionGroup => None,
     };
     let mut kinds_iter = kinds.iter();
-    let mut values = Vec::with_capacity(def.fields.len());
-    for (_, mode) in &def.fields {
+    let mut values = Vec::with_capacity(def.fields().len());
+    for (_, mode) in def.fields() {
         r.set_direction(field_direction(*mode));
         values.push(r.value(&mut kinds_iter)?);
     }
-    r.set_direction(def.name_dir);
+    r.set_direction(def.name_dir());
     let name = match parent {
         Some(mut segs) => {
             segs.push(r.string()?);

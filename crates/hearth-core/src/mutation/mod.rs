@@ -91,8 +91,11 @@ pub enum MutationKind {
 /// One write to one document.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mutation {
+    /// The document written.
     pub name: DocumentName,
+    /// What the write does: set (overwrite or merge), update by field path, or delete.
     pub kind: MutationKind,
+    /// What must hold of the stored document for the write to apply.
     pub precondition: Precondition,
     /// Applied in order after the write, each to the field as the write left it.
     pub transforms: Vec<(FieldPath, FieldTransform)>,

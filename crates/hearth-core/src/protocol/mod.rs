@@ -28,7 +28,10 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 pub enum ClientMessage {
     /// First message on a connection.
     Hello {
+        /// The version the client speaks; the relay refuses another with
+        /// `failed-precondition`.
         protocol_version: u32,
+        /// The database the connection works on (one per connection).
         database: String,
         /// Stable per client installation; with `batch_id` it makes write retries idempotent.
         client_id: String,
@@ -36,26 +39,41 @@ pub enum ClientMessage {
         token: String,
     },
     /// Replaces the connection's auth token (refreshed before it expires).
-    Auth { token: String },
+    Auth {
+        /// The new JWT.
+        token: String,
+    },
     /// Reads documents by name.
     Get {
+        /// Chosen by the client; the answer carries it back.
         request_id: u64,
+        /// The documents to read.
         names: Vec<DocumentName>,
     },
     /// Runs a query once.
-    RunQuery { request_id: u64, query: Query },
+    RunQuery {
+        /// Chosen by the client; the answer carries it back.
+        request_id: u64,
+        /// The query, validated by the relay.
+        query: Query,
+    },
     /// Runs aggregations over a query.
     RunAggregation {
+        /// Chosen by the client; the answer carries it back.
         request_id: u64,
+        /// The documents aggregated (its limit and offset apply).
         query: Query,
+        /// The aggregations, answered in this order.
         aggregations: Vec<Aggregation>,
     },
     /// Commits mutations atomically.
     Write {
+        /// Chosen by the client; the answer carries it back.
         request_id: u64,
         /// Client-chosen id, unique per `client_id`: a batch re-sent after a lost ack is
         /// applied once and acknowledged with its original commit version.
         batch_id: u64,
+        /// The writes, applied in order, all or none.
         mutations: Vec<Mutation>,
         /// A transaction's reads: each document's `update_version` as read (`None`: it was
         /// absent). The relay commits only if all are unchanged, else answers `Aborted`.
@@ -64,14 +82,23 @@ pub enum ClientMessage {
     /// Starts a real-time query. `resume_version`: the last snapshot version the client
     /// applied for this query, to receive only the changes since.
     Listen {
+        /// Chosen by the client, unique among its live targets; changes carry it back.
         target_id: u32,
+        /// The query listened to.
         query: Query,
+        /// See above.
         resume_version: Option<u64>,
     },
     /// Stops a real-time query.
-    Unlisten { target_id: u32 },
+    Unlisten {
+        /// The target to stop.
+        target_id: u32,
+    },
     /// Keeps the connection alive; answered by a `Heartbeat`.
-    Ping { nonce: u64 },
+    Ping {
+        /// Echoed in the `Heartbeat` that answers it.
+        nonce: u64,
+    },
 }
 
 /// Relay to client.
@@ -79,6 +106,7 @@ pub enum ClientMessage {
 pub enum ServerMessage {
     /// Answer to `Hello`.
     Welcome {
+        /// The version the relay speaks (the client's, or the connection would be refused).
         protocol_version: u32,
         /// The database's current commit version.
         version: u64,
@@ -89,45 +117,71 @@ pub enum ServerMessage {
     },
     /// Answer to `Get`: one entry per requested name, `None` when absent.
     GetResult {
+        /// The `Get`'s request id.
         request_id: u64,
+        /// The commit version the documents were read at.
         version: u64,
+        /// Each requested name with its document, in request order.
         documents: Vec<(DocumentName, Option<Document>)>,
     },
     /// Answer to `RunQuery`.
     QueryResult {
+        /// The `RunQuery`'s request id.
         request_id: u64,
+        /// The commit version the query ran at.
         version: u64,
+        /// The result, in query order.
         documents: Vec<Document>,
     },
     /// Answer to `RunAggregation`, values in request order.
     AggregationResult {
+        /// The `RunAggregation`'s request id.
         request_id: u64,
+        /// The commit version the aggregation ran at.
         version: u64,
+        /// One value per requested aggregation.
         values: Vec<Value>,
     },
     /// Answer to `Write`: the batch committed at `version`.
     WriteResult {
+        /// The `Write`'s request id.
         request_id: u64,
+        /// The `Write`'s batch id.
         batch_id: u64,
+        /// The commit version of the batch (the original one for a re-sent batch).
         version: u64,
     },
     /// Changes to one listened query. Not yet consistent: apply on `Snapshot`.
     TargetChange {
+        /// The `Listen`'s target id.
         target_id: u32,
         /// `Reset`: forget the target's documents and take these as its whole result.
         kind: TargetChangeKind,
+        /// Documents that entered, changed in, or left the result.
         changes: Vec<DocumentChange>,
     },
     /// Every target of the connection is consistent at `version`: raise snapshots.
-    Snapshot { version: u64 },
+    Snapshot {
+        /// The commit version every target's changes so far bring the client to.
+        version: u64,
+    },
     /// Liveness, and the database's version on an otherwise idle connection.
-    Heartbeat { version: u64, nonce: u64 },
+    Heartbeat {
+        /// The database's current commit version.
+        version: u64,
+        /// The `Ping`'s nonce, or 0 for a heartbeat the relay sent unasked.
+        nonce: u64,
+    },
     /// A failure of one request (`request_id`), one target (`target_id`), or the connection
     /// (both zero; the relay closes the socket after it).
     Error {
+        /// The failed request, or 0.
         request_id: u64,
+        /// The failed target, or 0.
         target_id: u32,
+        /// The stable code.
         code: ErrorCode,
+        /// For people: what went wrong.
         message: String,
     },
 }

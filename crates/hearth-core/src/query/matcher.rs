@@ -110,8 +110,12 @@ pub fn within_cursors(q: &Query, order: &[OrderBy], doc: &Document) -> bool {
 /// A query prepared for matching: the normalized order computed once.
 #[derive(Clone, Debug)]
 pub struct Matcher {
-    pub query: Query,
-    pub order: Vec<OrderBy>,
+    /// The validated query. Private with `order`: the order is derived from the query, and a
+    /// query changed after the fact would be matched and sorted by a stale order.
+    query: Query,
+    /// `normalized_order(&query)`: the explicit orders, the implicit inequality orders, then
+    /// `__name__`.
+    order: Vec<OrderBy>,
 }
 
 impl Matcher {
@@ -119,6 +123,16 @@ impl Matcher {
     pub fn new(query: Query) -> Matcher {
         let order = normalized_order(&query);
         Matcher { query, order }
+    }
+
+    /// The query this matcher matches.
+    pub fn query(&self) -> &Query {
+        &self.query
+    }
+
+    /// The query's normalized order, which [`Matcher::compare`] sorts by.
+    pub fn order(&self) -> &[OrderBy] {
+        &self.order
     }
 
     /// Source, filters and ordered fields present; cursors are not considered.

@@ -88,8 +88,11 @@ impl fmt::Display for Operator {
 /// `field op value`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FieldFilter {
+    /// The field compared (`__name__` for `documentId()`).
     pub field: FieldPath,
+    /// The comparison.
     pub op: Operator,
+    /// The operand: a list for `in`, `not-in` and `array-contains-any`.
     pub value: Value,
 }
 
@@ -127,7 +130,9 @@ impl Filter {
 /// One `orderBy`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OrderBy {
+    /// The field ordered by (`__name__` for the document name).
     pub field: FieldPath,
+    /// Ascending or descending.
     pub dir: Direction,
 }
 
@@ -135,7 +140,9 @@ pub struct OrderBy {
 /// exclusive is `startAfter`/`endBefore`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cursor {
+    /// One value per field of the normalized order, from the first.
     pub values: Vec<Value>,
+    /// Whether a document exactly at the cursor is in the result.
     pub inclusive: bool,
     /// Built from a document snapshot: holds values for the whole normalized order, which
     /// may be more than the explicit `orderBy`s (value cursors may not).
@@ -172,13 +179,21 @@ pub enum LimitType {
 /// A query. `limit` is `i64` so that negative input reaches validation and gets its error.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Query {
+    /// The collection or collection group read.
     pub source: Source,
+    /// The filter tree, if any.
     pub filter: Option<Filter>,
+    /// The explicit `orderBy`s; validation and normalization add the implicit ones.
     pub order_by: Vec<OrderBy>,
+    /// At most this many documents; signed so that a negative limit reaches validation.
     pub limit: Option<i64>,
+    /// Whether `limit` keeps the first documents or the last (`limitToLast`).
     pub limit_type: LimitType,
+    /// `startAt` / `startAfter`.
     pub start: Option<Cursor>,
+    /// `endAt` / `endBefore`.
     pub end: Option<Cursor>,
+    /// Documents skipped before the first returned.
     pub offset: u64,
     /// `Some(fields)` returns only those fields; `Some(vec![])` returns names only.
     pub projection: Option<Vec<FieldPath>>,

@@ -29,15 +29,20 @@ pub enum ChangeType {
 /// result order (`new_index` in the final list).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DocChange {
+    /// Added, modified or removed.
     pub kind: ChangeType,
+    /// The document as it is now (for a removal: as it was when it left the result).
     pub doc: Document,
+    /// Its position before the change (`None` when added), counted as described above.
     pub old_index: Option<usize>,
+    /// Its position after the change (`None` when removed).
     pub new_index: Option<usize>,
 }
 
 /// What one change did to a view.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ViewUpdate {
+    /// The `docChanges()` entries, removals first.
     pub changes: Vec<DocChange>,
     /// The view is a limited result missing documents it cannot know: re-run the query and
     /// pass the result to [`View::reset`].
@@ -47,8 +52,11 @@ pub struct ViewUpdate {
 /// The current result of one query.
 #[derive(Clone, Debug)]
 pub struct View {
+    /// The query, prepared for matching and ordering.
     matcher: Matcher,
+    /// The current result, in query order (`limitToLast`: in the order the user sees).
     docs: Vec<Document>,
+    /// The query's limit, if any: a full limited view cannot know the documents past it.
     limit: Option<usize>,
     /// The view holds every matching document (no limit, or fewer than the limit exist).
     complete: bool,
@@ -69,7 +77,7 @@ impl View {
     }
 
     pub fn query(&self) -> &Query {
-        &self.matcher.query
+        self.matcher.query()
     }
 
     pub fn matcher(&self) -> &Matcher {
@@ -91,10 +99,10 @@ impl View {
 
     /// Applies the new state of document `name` (`None`: deleted).
     pub fn apply(&mut self, name: &DocumentName, new: Option<&Document>) -> ViewUpdate {
-        if self.matcher.query.offset > 0 {
+        if self.matcher.query().offset > 0 {
             // An offset depends on documents before the view, which it does not hold (one
             // leaving shifts the window): any change in the query's collection needs a re-run.
-            let in_source = match &self.matcher.query.source {
+            let in_source = match &self.matcher.query().source {
                 super::model::Source::Collection(c) => c.contains(name),
                 super::model::Source::CollectionGroup(g) => name.collection_id() == g,
             };
@@ -117,7 +125,7 @@ impl View {
                 };
                 self.matcher.compare(x, doc) == Ordering::Less
             });
-            let last_type = self.matcher.query.limit_type;
+            let last_type = self.matcher.query().limit_type;
             // Past the known edge of an incomplete view, the document may sit behind others
             // the view has never seen.
             let beyond_edge = match last_type {
@@ -130,7 +138,7 @@ impl View {
         }
         if let Some(n) = self.limit {
             if plan.len() > n {
-                match self.matcher.query.limit_type {
+                match self.matcher.query().limit_type {
                     LimitType::First => plan.truncate(n),
                     LimitType::Last => {
                         plan.drain(..plan.len() - n);

@@ -262,7 +262,7 @@ fn arb_record() -> impl Strategy<Value = Vec<u8>> {
 fn entry_key(def: &IndexDef, entry: &DecodedEntry) -> Vec<u8> {
     let mut key = index_prefix(def, &entry.name.parent());
     let mut kinds = Vec::new();
-    for ((_, mode), v) in def.fields.iter().zip(&entry.values) {
+    for ((_, mode), v) in def.fields().iter().zip(&entry.values) {
         write_value(v, field_direction(*mode), &mut key, &mut kinds);
     }
     write_entry_name(def, &entry.name, &mut key);

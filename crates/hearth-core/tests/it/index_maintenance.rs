@@ -252,7 +252,7 @@ fn expected_entries(file: &IndexFile, doc: &Document) -> BTreeMap<String, (Index
     for spec in file.indexes.iter().filter(|s| s.collection_group == group) {
         let def = IndexDef::from_spec(spec);
         let mut n = 1;
-        for (path, mode) in &def.fields {
+        for (path, mode) in def.fields() {
             let v = paths.iter().find(|(p, _)| p == path).map(|(_, v)| v);
             n *= match (mode, v) {
                 (_, None) => 0,
@@ -277,8 +277,8 @@ fn check_index_table(
     let mut expected: BTreeMap<(Vec<u8>, DocumentName), usize> = BTreeMap::new();
     for d in docs.values() {
         for (def, n) in expected_entries(file, d).into_values() {
-            expected.insert((def.id.to_vec(), d.name.clone()), n);
-            defs.insert(def.id.to_vec(), def);
+            expected.insert((def.id().to_vec(), d.name.clone()), n);
+            defs.insert(def.id().to_vec(), def);
         }
     }
     let mut found: BTreeMap<(Vec<u8>, DocumentName), usize> = BTreeMap::new();
@@ -295,7 +295,7 @@ fn check_index_table(
         let doc = docs.get(&entry.name);
         prop_assert!(doc.is_some(), "entry for a missing document {}", entry.name);
         let doc = doc.expect("checked");
-        for ((path, mode), got) in def.fields.iter().zip(&entry.values) {
+        for ((path, mode), got) in def.fields().iter().zip(&entry.values) {
             let v = doc
                 .field(path)
                 .expect("indexed fields are present")
@@ -316,7 +316,7 @@ fn check_index_table(
                 v
             );
         }
-        *found.entry((def.id.to_vec(), entry.name)).or_default() += 1;
+        *found.entry((def.id().to_vec(), entry.name)).or_default() += 1;
     }
     prop_assert_eq!(found, expected);
     Ok(())
@@ -428,7 +428,7 @@ fn order_equal_elements_share_one_entry() {
     );
     let entries: Vec<Vec<u8>> = document_entries(&catalog, &first)
         .into_iter()
-        .filter(|k| k.starts_with(&contains.id))
+        .filter(|k| k.starts_with(contains.id()))
         .collect();
     assert_eq!(entries.len(), 3);
     let mut store = MemStore::new();
@@ -440,7 +440,7 @@ fn order_equal_elements_share_one_entry() {
     let touched: Vec<&Vec<u8>> = diff
         .inserts
         .iter()
-        .filter(|k| k.starts_with(&contains.id))
+        .filter(|k| k.starts_with(contains.id()))
         .collect();
     assert_eq!(touched.len(), 1);
     let entry = decode_entry(&contains, touched[0]).unwrap();

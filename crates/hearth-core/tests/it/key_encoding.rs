@@ -329,8 +329,8 @@ proptest! {
             prop_assert!(entry.is_ok(), "{:?}", entry);
             let entry = entry.expect("checked");
             prop_assert_eq!(&entry.name, &doc.name);
-            prop_assert_eq!(entry.values.len(), def.fields.len());
-            for ((path, mode), got) in def.fields.iter().zip(&entry.values) {
+            prop_assert_eq!(entry.values.len(), def.fields().len());
+            for ((path, mode), got) in def.fields().iter().zip(&entry.values) {
                 let v = doc.field(path).expect("indexed fields are present").into_owned();
                 match mode {
                     FieldMode::ArrayContains => {
@@ -351,7 +351,7 @@ proptest! {
         sorted.sort();
         sorted.dedup();
         prop_assert_eq!(sorted.len(), keys.len());
-        let present = def.fields.iter().all(|(p, _)| doc.field(p).is_some());
+        let present = def.fields().iter().all(|(p, _)| doc.field(p).is_some());
         if !present {
             prop_assert!(keys.is_empty());
         }
@@ -384,7 +384,7 @@ proptest! {
             IndexDef::new("users", QueryScope::CollectionGroup, Vec::new()),
         ];
         for def in &defs {
-            let mut key = def.id.to_vec();
+            let mut key = def.id().to_vec();
             key.extend_from_slice(&bytes);
             let _ = decode_entry(def, &key);
             let _ = decode_entry(def, &bytes);

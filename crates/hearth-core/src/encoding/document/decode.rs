@@ -68,7 +68,9 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, DecodeError> {
 
 /// A cursor over untrusted input. Invariant: `pos <= bytes.len()`.
 pub(super) struct Reader<'a> {
+    /// The whole input: offsets in errors count from its start.
     pub(super) bytes: &'a [u8],
+    /// The next byte to read.
     pub(super) pos: usize,
 }
 

@@ -160,7 +160,9 @@ pub fn decode_mutation(b: &[u8]) -> Result<Mutation> {
 
 /// A cursor over untrusted input. Invariant: `pos <= bytes.len()`.
 struct Reader<'a> {
+    /// The whole input: offsets in errors count from its start.
     bytes: &'a [u8],
+    /// The next byte to read.
     pos: usize,
 }
 

@@ -40,11 +40,11 @@ impl<'a> Planner<'a> {
         suffix: &[OrderBy],
         whole: bool,
     ) -> Option<(bool, usize)> {
-        if def.fields.len() < suffix.len() {
+        if def.fields().len() < suffix.len() {
             return None;
         }
-        let p = def.fields.len() - suffix.len();
-        let (pre, suf) = def.fields.split_at(p);
+        let p = def.fields().len() - suffix.len();
+        let (pre, suf) = def.fields().split_at(p);
         if whole && p != conj.eqs.len() + conj.contains.len() {
             return None;
         }
@@ -71,7 +71,7 @@ impl<'a> Planner<'a> {
                 return None;
             }
         }
-        let name_flip = def.name_dir != self.name_dir();
+        let name_flip = def.name_dir() != self.name_dir();
         match flip {
             Some(f) if f != name_flip => None,
             _ => Some((name_flip, p)),
@@ -84,7 +84,7 @@ impl<'a> Planner<'a> {
             .catalog
             .composites()
             .iter()
-            .filter(|d| d.collection_group == group && d.scope == self.scope)
+            .filter(|d| d.collection_group() == group && d.scope() == self.scope)
             .cloned()
             .collect();
         if suffix.len() == 1 {
@@ -117,7 +117,7 @@ impl<'a> Planner<'a> {
             .cloned()
             .unwrap_or_else(|| CollectionPath::parse("unused").expect("a valid collection path"));
         let mut prefix = index_prefix(def, &parent);
-        for (f, m) in &def.fields[..p] {
+        for (f, m) in &def.fields()[..p] {
             let v = match m {
                 FieldMode::ArrayContains => {
                     &conj
@@ -135,14 +135,14 @@ impl<'a> Planner<'a> {
     }
 
     pub(super) fn layout<'b>(&self, def: &'b IndexDef, p: usize, flipped: bool) -> Layout<'b> {
-        let mut components: Vec<(Option<&FieldPath>, Direction)> = def.fields[p..]
+        let mut components: Vec<(Option<&FieldPath>, Direction)> = def.fields()[p..]
             .iter()
             .map(|(f, m)| (Some(f), field_direction(*m)))
             .collect();
-        components.push((None, def.name_dir));
+        components.push((None, def.name_dir()));
         Layout {
             components,
-            name_scope: match def.scope {
+            name_scope: match def.scope() {
                 QueryScope::Collection => NameScope::Id,
                 QueryScope::CollectionGroup => NameScope::Full,
             },

@@ -51,6 +51,7 @@ pub enum Access {
 /// One input of a zig-zag join.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JoinScan {
+    /// The index scanned.
     pub def: IndexDef,
     /// Index id, scope and equality values: everything before the shared suffix.
     pub prefix: Vec<u8>,
@@ -61,6 +62,7 @@ pub struct JoinScan {
 /// One branch of a plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Branch {
+    /// How the branch reads its candidates.
     pub access: Access,
     /// Scan keys in descending order.
     pub reverse: bool,
@@ -71,6 +73,7 @@ pub struct Branch {
 /// A query plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// One branch per conjunction of the filter (after `in` expansion), merged in order.
     pub branches: Vec<Branch>,
     /// The normalized order results come out in (reversed for `limitToLast`, which the
     /// executor undoes at the end).

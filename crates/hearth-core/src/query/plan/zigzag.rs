@@ -30,18 +30,18 @@ impl Planner<'_> {
             let mut covered: Vec<FieldPath> = Vec::new();
             let needed = conj.eqs.len() + conj.contains.len();
             for (def, p) in parts {
-                if def.fields[..p].iter().all(|(f, _)| covered.contains(f)) {
+                if def.fields()[..p].iter().all(|(f, _)| covered.contains(f)) {
                     continue;
                 }
                 if let Some((first, _)) = chosen.first() {
-                    if first.fields[first.fields.len() - suffix.len()..] != def.fields[p..]
-                        || first.name_dir != def.name_dir
+                    if first.fields()[first.fields().len() - suffix.len()..] != def.fields()[p..]
+                        || first.name_dir() != def.name_dir()
                     {
                         continue;
                     }
                 }
                 // Field identity is by path; contains and equality on one path both count.
-                covered.extend(def.fields[..p].iter().map(|(f, _)| f.clone()));
+                covered.extend(def.fields()[..p].iter().map(|(f, _)| f.clone()));
                 chosen.push((def, p));
                 if conj
                     .eqs

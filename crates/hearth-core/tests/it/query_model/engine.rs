@@ -72,7 +72,7 @@ impl Engine {
             return;
         }
         for d in &self.docs {
-            if d.name.collection_id() == def.collection_group {
+            if d.name.collection_id() == def.collection_group() {
                 for key in index_entries(&def, d) {
                     self.store.index.insert(key, Vec::new());
                 }
