@@ -250,15 +250,20 @@ fn undocumented_fields(text: &str) -> Vec<String> {
     missing
 }
 
-/// Every field of the core's, the relay's and the native client's public structs says why
-/// it exists (mini-redis documents every one).
+/// Every field of the public structs of the core, the relay, the native client and the
+/// WebAssembly client says why it exists (mini-redis documents every one).
 #[test]
 fn public_struct_fields_are_documented() {
     let root = workspace_root();
     let mut missing = Vec::new();
-    for krate in ["hearth-core", "hearth-relay", "hearth-client"] {
+    let mut dirs: Vec<PathBuf> = ["hearth-core", "hearth-relay", "hearth-client"]
+        .iter()
+        .map(|krate| root.join("crates").join(krate).join("src"))
+        .collect();
+    dirs.push(root.join("src"));
+    for dir in dirs {
         let mut files = Vec::new();
-        rust_files(&root.join("crates").join(krate).join("src"), &mut files);
+        rust_files(&dir, &mut files);
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
             for field in undocumented_fields(&text) {
