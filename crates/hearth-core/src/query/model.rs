@@ -25,6 +25,21 @@ pub enum Operator {
 }
 
 impl Operator {
+    /// Every operator, in declaration order, which is also their wire order (the codec's tag
+    /// is the position here, `docs/protocol.md`): append, never reorder.
+    pub const ALL: [Operator; 10] = [
+        Operator::Equal,
+        Operator::NotEqual,
+        Operator::LessThan,
+        Operator::LessThanOrEqual,
+        Operator::GreaterThan,
+        Operator::GreaterThanOrEqual,
+        Operator::In,
+        Operator::NotIn,
+        Operator::ArrayContains,
+        Operator::ArrayContainsAny,
+    ];
+
     /// Parses the JS spelling (`'=='`, `'array-contains'`, ...).
     pub fn parse(s: &str) -> Option<Operator> {
         Some(match s {

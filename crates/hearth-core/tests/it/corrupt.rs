@@ -29,7 +29,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use crate::query_model::cases;
+use crate::query_model::config;
 use crate::strategies::{arb_document, arb_value};
 
 fn name(s: &str) -> DocumentName {
@@ -301,14 +301,6 @@ fn defs() -> Vec<IndexDef> {
             ],
         ),
     ]
-}
-
-fn config(n: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(n),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
 }
 
 proptest! {

@@ -19,7 +19,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
 
-use crate::query_model::{cases, cmp_names, ref_cmp, strict_eq};
+use crate::query_model::{cmp_names, config, ref_cmp, strict_eq};
 use crate::strategies::{arb_document, arb_scalar, arb_value};
 
 const DIRECTIONS: [Direction; 2] = [Direction::Ascending, Direction::Descending];
@@ -234,14 +234,6 @@ fn arb_def_for(doc: &Document) -> BoxedStrategy<IndexDef> {
             IndexDef::new(&group, scope, fields)
         })
         .boxed()
-}
-
-fn config(n: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases: cases(n),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
 }
 
 proptest! {

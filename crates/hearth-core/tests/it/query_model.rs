@@ -45,6 +45,16 @@ pub(crate) fn cases(n: u32) -> u32 {
         .unwrap_or(n)
 }
 
+/// A property test's configuration: `cases(n)` cases, and no failure files (the suites
+/// print the failing input and seed instead).
+pub(crate) fn config(n: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(n),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(600),

@@ -200,20 +200,6 @@ pub fn arb_document() -> impl Strategy<Value = Document> {
     })
 }
 
-/// Every operator; a filter's tag on the wire is its position in the codec's own table.
-const OPERATORS: [Operator; 10] = [
-    Operator::Equal,
-    Operator::NotEqual,
-    Operator::LessThan,
-    Operator::LessThanOrEqual,
-    Operator::GreaterThan,
-    Operator::GreaterThanOrEqual,
-    Operator::In,
-    Operator::NotIn,
-    Operator::ArrayContains,
-    Operator::ArrayContainsAny,
-];
-
 /// Field paths: simple names, names that need quoting (dots, backticks, backslashes,
 /// spaces), and `__name__`.
 pub fn arb_field_path() -> impl Strategy<Value = FieldPath> {
@@ -228,10 +214,10 @@ pub fn arb_field_path() -> impl Strategy<Value = FieldPath> {
 /// codec's business), under ANDs and ORs a few levels deep.
 pub fn arb_filter() -> impl Strategy<Value = Filter> {
     let leaf =
-        (arb_field_path(), 0..OPERATORS.len(), arb_value()).prop_map(|(field, op, value)| {
+        (arb_field_path(), 0..Operator::ALL.len(), arb_value()).prop_map(|(field, op, value)| {
             Filter::Field(FieldFilter {
                 field,
-                op: OPERATORS[op],
+                op: Operator::ALL[op],
                 value,
             })
         });

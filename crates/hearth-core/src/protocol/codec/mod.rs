@@ -203,18 +203,7 @@ impl ProtocolError {
 type Result<T> = std::result::Result<T, ProtocolError>;
 
 /// Operators in wire order: the tag is the position.
-const OPERATORS: [Operator; 10] = [
-    Operator::Equal,
-    Operator::NotEqual,
-    Operator::LessThan,
-    Operator::LessThanOrEqual,
-    Operator::GreaterThan,
-    Operator::GreaterThanOrEqual,
-    Operator::In,
-    Operator::NotIn,
-    Operator::ArrayContains,
-    Operator::ArrayContainsAny,
-];
+const OPERATORS: [Operator; 10] = Operator::ALL;
 
 /// Error codes in wire order: the tag is the position in `ErrorCode::ALL`.
 const ERROR_CODES: [ErrorCode; 12] = ErrorCode::ALL;
