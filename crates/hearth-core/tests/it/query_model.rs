@@ -1,6 +1,6 @@
 //! The index-driven query engine against a naive reference model written directly from
 //! SEMANTICS.md: filter every document, sort with a comparator of our own, apply cursors,
-//! offset, limits and projection. The model shares nothing with `src/core/query` (nor with
+//! offset, limits and projection. The model shares nothing with `hearth_core::query` (nor with
 //! `Value::cmp_order`) except the plain query and value types.
 //!
 //! The engine runs under a catalog of automatic indexes (with some fields exempted) and under
