@@ -2,9 +2,10 @@
 //! Hearth values, writes and back (`client::convert`), driven through real JS snippets so the
 //! exported classes are exercised the way an app calls them.
 //!
-//! This file holds the helpers that run JS snippets; the tests are in three modules under
+//! This file holds the helpers that run JS snippets; the tests are in four modules under
 //! `convert/`: `values` (numbers, round trips, refused values), `writes` (`set()` and
-//! `update()` data) and `api` (the classes' own methods).
+//! `update()` data), `api` (the classes' own methods) and `tabs` (the settle message the
+//! contexts of one origin exchange).
 //!
 //! Run: `CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
 //! CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --test convert`
@@ -129,6 +130,8 @@ fn with_x(v: &JsValue, body: &str) -> JsValue {
 
 #[path = "convert/api.rs"]
 mod api;
+#[path = "convert/tabs.rs"]
+mod tabs;
 #[path = "convert/values.rs"]
 mod values;
 #[path = "convert/writes.rs"]

@@ -21,4 +21,5 @@ pub mod idb_store;
 pub mod js;
 pub mod lock;
 pub mod sync;
+pub mod tabs;
 pub mod types;

@@ -49,34 +49,14 @@ impl Db {
             return;
         };
         let weak = Rc::downgrade(self);
-        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
-            move |e: web_sys::MessageEvent| {
+        let on_message =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let Some(db) = weak.upgrade() else { return };
                 let data = e.data();
-                // `{settled, version}` or `{settled, code, message}`: another context took
-                // the relay's answer to a batch this one may be waiting on.
-                if let Some(id) = Reflect::get(&data, &"settled".into())
-                    .ok()
-                    .and_then(|v| v.as_f64())
-                {
-                    let field = |k: &str| Reflect::get(&data, &k.into()).ok();
-                    // A refusal carries its code as the code's tag (`ErrorCode::tag`).
-                    let result = match field("code").and_then(|c| c.as_f64()) {
-                        None => Ok(field("version").and_then(|v| v.as_f64()).unwrap_or(0.0) as u64),
-                        Some(tag) => {
-                            let message = field("message")
-                                .and_then(|m| m.as_string())
-                                .unwrap_or_default();
-                            Err(match ErrorCode::from_tag(tag as u8) {
-                                Some(code) if tag.fract() == 0.0 => ClientError::new(code, message),
-                                _ => ClientError::new(
-                                    ErrorCode::Internal,
-                                    format!("another context refused the batch with an unknown error code ({tag}): {message}"),
-                                ),
-                            })
-                        }
-                    };
-                    db.engine.settle_waiters(id as u64, result);
+                // Another context took the relay's answer to a batch this one may be
+                // waiting on (`tabs::decode_settled`).
+                if let Some((id, result)) = super::tabs::decode_settled(&data) {
+                    db.engine.settle_waiters(id, result);
                     return;
                 }
                 let Ok(list) = data.dyn_into::<js_sys::Array>() else {
@@ -91,8 +71,7 @@ impl Db {
                 wasm_bindgen_futures::spawn_local(
                     async move { engine.external_change(names).await },
                 );
-            },
-        );
+            });
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         let post = channel.clone();
         *self.engine.on_local_change.borrow_mut() =
@@ -106,18 +85,7 @@ impl Db {
         let post = channel.clone();
         *self.engine.on_settled.borrow_mut() = Some(Box::new(
             move |id: u64, result: &Result<u64, ClientError>| {
-                let message = js_sys::Object::new();
-                let set = |k: &str, v: JsValue| {
-                    let _ = Reflect::set(&message, &k.into(), &v);
-                };
-                set("settled", JsValue::from_f64(id as f64));
-                match result {
-                    Ok(version) => set("version", JsValue::from_f64(*version as f64)),
-                    Err(e) => {
-                        set("code", JsValue::from_f64(f64::from(e.code().tag())));
-                        set("message", JsValue::from_str(&e.message));
-                    }
-                }
+                let message = super::tabs::encode_settled(id, result);
                 let _ = post.post_message(&message);
             },
         ));
