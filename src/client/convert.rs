@@ -101,6 +101,17 @@ pub fn to_value(v: &JsValue) -> Result<Value, ClientError> {
     Ok(value.expect("sentinels are refused in plain values"))
 }
 
+/// The list operand of an `in` or `not-in` filter. Firestore's SDK parses it as an "array
+/// argument", the one place arrays may nest (`where('a', 'in', [[1], [1, 2]])` finds fields
+/// equal to either array); sentinels are refused as in any plain value. Other operands,
+/// `array-contains-any`'s list among them, go through [`to_value`].
+pub fn to_list_operand(v: &JsValue) -> Result<Value, ClientError> {
+    let mut p = Parser::new(Mode::Plain);
+    p.nested_arrays = true;
+    let value = p.value(v, &mut Vec::new())?;
+    Ok(value.expect("sentinels are refused in plain values"))
+}
+
 // `FieldValue.isEqual()` lives here, not with the class in `types`: it compares array
 // operands as the values they convert to, and `types` does not depend on this module.
 #[wasm_bindgen]
@@ -374,6 +385,8 @@ struct Parser {
     transforms: Vec<(FieldPath, FieldTransform)>,
     /// The `FieldValue.delete()` paths taken out so far (merge sets only).
     deletes: Vec<FieldPath>,
+    /// Arrays may hold arrays (an `in` / `not-in` list); otherwise they are refused.
+    nested_arrays: bool,
 }
 
 impl Parser {
@@ -382,6 +395,7 @@ impl Parser {
             mode,
             transforms: Vec::new(),
             deletes: Vec::new(),
+            nested_arrays: false,
         }
     }
 
@@ -458,7 +472,7 @@ impl Parser {
     }
 
     fn array(&mut self, a: &Array, at: &mut Vec<Seg>) -> Result<Value, ClientError> {
-        if matches!(at.last(), Some(Seg::Index(_))) {
+        if !self.nested_arrays && matches!(at.last(), Some(Seg::Index(_))) {
             return Err(fail(at, "Nested arrays are not supported"));
         }
         let mut out = Vec::with_capacity(a.length() as usize);

@@ -11,7 +11,7 @@ use wasm_bindgen_futures::future_to_promise;
 use super::reference::{observer, report, set_mutation, unsubscribe, write_promise, ListenHandle};
 use super::snapshot::{AggregateQuerySnapshot, QuerySnapshot};
 use super::{Db, DocumentReference};
-use crate::client::convert::{field_path_arg, to_value};
+use crate::client::convert::{field_path_arg, to_list_operand, to_value};
 use crate::client::engine::ListenEvent;
 use crate::client::error::ClientError;
 use hearth_core::encoding::key::Direction;
@@ -40,6 +40,8 @@ fn field_filter(field: JsValue, op: &str, value: JsValue) -> Result<CoreFilter, 
             Some(s) => Value::String(s),
             None => to_value(&value)?,
         }
+    } else if matches!(op, Operator::In | Operator::NotIn) {
+        to_list_operand(&value)?
     } else {
         to_value(&value)?
     };

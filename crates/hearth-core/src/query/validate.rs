@@ -112,13 +112,12 @@ fn validate_field_filter(source: &Source, ff: &FieldFilter) -> Result<FieldFilte
                 "'{op}' filters support a maximum of {MAX_LIST_VALUES} elements in the value array"
             )));
         }
-        // An `in` / `not-in` value may itself be an array (`in [['west'], ['east']]` finds
-        // fields equal to either array); array-contains-any compares elements, never arrays.
-        let elements_are_in_array = op == Operator::ArrayContainsAny;
-        if items
-            .iter()
-            .any(|x| has_nested_array(x, elements_are_in_array))
-        {
+        // Firestore's SDK parses an `in` / `not-in` list as an "array argument", with no
+        // nested-array check at any depth: `in [['west'], ['east']]` finds fields equal to
+        // either array (a deeper array can match no stored field, so it matches nothing).
+        // An `array-contains-any` list is a plain argument: its elements are compared with
+        // array elements, which are never arrays, and arrays in them are refused.
+        if op == Operator::ArrayContainsAny && items.iter().any(|x| has_nested_array(x, true)) {
             return Err(invalid(format!(
                 "'{op}' filters cannot contain nested arrays"
             )));

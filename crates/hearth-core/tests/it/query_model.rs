@@ -422,15 +422,16 @@ fn firestore_rejections_are_rejected() {
         ArrayContainsAny,
         list(vec![2i64.into()]),
     ));
-    // Lists: empty, not a list, nested arrays.
+    // Lists: empty, not a list; arrays inside an array-contains-any list.
     for op in [In, NotIn, ArrayContainsAny] {
         invalid(q().where_("a", op, list(vec![])));
         invalid(q().where_("a", op, 1i64));
-        invalid(q().where_("a", op, list(vec![list(vec![list(vec![1i64.into()])])])));
     }
-    invalid(q().where_("c", ArrayContainsAny, list(vec![list(vec![1i64.into()])])));
-    invalid(q().where_("a", Equal, list(vec![list(vec![1i64.into()])])));
-    invalid(q().where_("c", ArrayContains, list(vec![list(vec![1i64.into()])])));
+    invalid(q().where_(
+        "c",
+        ArrayContainsAny,
+        list(vec![list(vec![list(vec![1i64.into()])])]),
+    ));
     // documentId() misuse.
     invalid(q().where_("__name__", ArrayContains, "a"));
     invalid(q().where_("__name__", ArrayContainsAny, list(vec!["a".into()])));
@@ -522,6 +523,21 @@ fn firestore_acceptances_run() {
         Query::collection(items())
             .order_by("a", Ascending)
             .limit_to_last(1),
+        // An in / not-in list is parsed without any nested-array check (Firestore's SDK):
+        // arrays of arrays match no stored field but are valid operands.
+        Query::collection(items()).where_(
+            "a",
+            In,
+            list(vec![
+                list(vec![list(vec![1i64.into()])]),
+                list(vec![1i64.into()]),
+            ]),
+        ),
+        Query::collection(items()).where_(
+            "a",
+            NotIn,
+            list(vec![list(vec![list(vec![1i64.into()])])]),
+        ),
     ];
     for q in &queries {
         check_against_model(&docs, q);

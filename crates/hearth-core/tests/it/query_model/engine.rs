@@ -2,6 +2,7 @@
 //! property case: every query on both engines, against the model.
 
 use hearth_core::document::Document;
+use hearth_core::error::ErrorCode;
 use hearth_core::index::config::{
     parse_index_file, CompositeIndexSpec, FieldMode, FieldOverrideSpec, IndexFieldSpec, IndexFile,
     OverrideIndexSpec, QueryScope,
@@ -12,7 +13,7 @@ use hearth_core::kv::{block_on_ready, MemStore};
 use hearth_core::path::FieldPath;
 use hearth_core::query::execute::{run_aggregation, run_query};
 use hearth_core::query::model::{Aggregation, Query};
-use hearth_core::query::validate::QueryError;
+use hearth_core::query::validate::{validate, QueryError};
 use hearth_core::value::Value;
 use proptest::prelude::*;
 
@@ -275,6 +276,8 @@ pub(crate) fn check_case(
     for s in specs {
         let q = build_query(s, docs);
         if !firestore_accepts(&q) {
+            let refused = validate(&q).map(|_| ()).map_err(|e| e.code());
+            prop_assert_eq!(refused, Err(ErrorCode::InvalidArgument), "query: {:#?}", q);
             continue;
         }
         let want = model_run(docs, &q);

@@ -248,7 +248,14 @@ pub(crate) fn arb_leaf() -> BoxedStrategy<Filter> {
         3 => (
             fld(),
             select(vec![In, NotIn]),
-            vec(prop_oneof![6 => arb_scalar(), 1 => arb_array()], 1..=3),
+            vec(
+                prop_oneof![
+                    12 => arb_scalar(),
+                    2 => arb_array(),
+                    1 => arb_array().prop_map(|a| Value::Array(vec![a])),
+                ],
+                1..=3,
+            ),
         )
             .prop_map(move |(f, op, v)| leaf(f, op, Value::Array(v))),
         2 => (arr(), prop_oneof![9 => arb_scalar(), 1 => arb_array()])

@@ -527,9 +527,9 @@ pub(crate) fn firestore_accepts(q: &Query) -> bool {
     }
     for ff in &all {
         let ok = match ff.op {
+            // The SDK parses these lists as "array arguments": arrays nest freely in them.
             Operator::In | Operator::NotIn => {
-                matches!(&ff.value, Value::Array(a) if !a.is_empty() && a.len() <= 30
-                    && a.iter().all(|e| match e { Value::Array(x) => !x.iter().any(has_array), other => !has_array(other) }))
+                matches!(&ff.value, Value::Array(a) if !a.is_empty() && a.len() <= 30)
             }
             Operator::ArrayContainsAny => {
                 matches!(&ff.value, Value::Array(a) if !a.is_empty() && a.len() <= 30

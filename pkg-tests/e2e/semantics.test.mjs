@@ -1,0 +1,84 @@
+// End-to-end checks of query semantics Firestore defines and Hearth once got wrong: each
+// query runs through the npm package against the local cache (after the writes) and against
+// the relay, and both must give Firestore's answer. Run: node --test pkg-tests/e2e/
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { useEnvironment } from './harness.mjs';
+
+const env = useEnvironment();
+const page = env.page;
+
+/** Opens a database in the page as window.db and writes `docs` ({ id: data }) to `coll`. */
+async function openWith(p, name, coll, docs) {
+  await p.evaluate(async ({ name, url, coll, docs }) => {
+    window.db = await window.hearth.Hearth.open({ name, relay: url });
+    const batch = window.db.batch();
+    for (const [id, data] of Object.entries(docs)) batch.set(window.db.collection(coll).doc(id), data);
+    await batch.commit();
+  }, { name, url: env.relay.url, coll, docs });
+}
+
+/**
+ * Runs the query `build` (the source of a function of the collection reference and the
+ * `hearth` module) from the cache and from the server; returns each side's ids, or
+ * `{ code, message }` if that side refused the query.
+ */
+async function bothSides(p, coll, build) {
+  return p.evaluate(async ({ coll, build }) => {
+    const make = new Function('c', 'hearth', `return (${build})(c, hearth);`);
+    const out = {};
+    for (const source of ['cache', 'server']) {
+      try {
+        const snap = await make(window.db.collection(coll), window.hearth).get({ source });
+        out[source] = snap.docs.map((d) => d.id);
+      } catch (e) {
+        out[source] = { code: e.code, message: e.message };
+      }
+    }
+    return out;
+  }, { coll, build: build.toString() });
+}
+
+/** The error `build` throws while the query is built (before any read), or null. */
+async function buildError(p, coll, build) {
+  return p.evaluate(({ coll, build }) => {
+    const make = new Function('c', 'hearth', `return (${build})(c, hearth);`);
+    try {
+      make(window.db.collection(coll), window.hearth);
+      return null;
+    } catch (e) {
+      return { code: e.code, message: e.message };
+    }
+  }, { coll, build: build.toString() });
+}
+
+function assertBoth(got, want, what) {
+  assert.deepEqual(got.cache, want, `${what} (cache): ${JSON.stringify(got)}`);
+  assert.deepEqual(got.server, want, `${what} (server): ${JSON.stringify(got)}`);
+}
+
+test('in / not-in take arrays as elements and match fields equal to one of them', { timeout: 60000 }, async () => {
+  const p = await page();
+  await openWith(p, 'sem-in-arrays', 'arr', {
+    a: { v: [1] }, b: { v: [1, 2] }, c: { v: [2, 1] }, d: { v: 1 }, e: { v: [] },
+    f: { v: [1, 2, 3] }, g: { v: null }, h: { w: 1 }, i: { v: [{ x: [1] }] },
+  });
+  // Firestore's SDK parses in/not-in operands as "array arguments": arrays may nest in them.
+  assertBoth(await bothSides(p, 'arr', (c) => c.where('v', 'in', [[1], [1, 2]])), ['a', 'b'], 'in');
+  assertBoth(await bothSides(p, 'arr', (c) => c.where('v', 'in', [[1], 1])), ['a', 'd'], 'in mixed');
+  assertBoth(await bothSides(p, 'arr', (c) => c.where('v', 'in', [[{ x: [1] }], [[1]]])), ['i'], 'in nested');
+  assertBoth(await bothSides(p, 'arr', (c) => c.where('v', 'in', [[1, 2]]).orderBy('v', 'desc')), ['b'], 'in + orderBy');
+  // not-in orders by its field: the number first, then arrays element by element.
+  assertBoth(await bothSides(p, 'arr', (c) => c.where('v', 'not-in', [[1], [1, 2]])),
+    ['d', 'e', 'f', 'c', 'i'], 'not-in');
+  assertBoth(await bothSides(p, 'arr', (c) => c.where('v', 'in', [[1], [2, 1]]).limit(1)), ['a'], 'in + limit');
+  // array-contains-any compares elements, and a stored array never holds an array: the SDK
+  // parses its operand as a plain argument and refuses arrays inside it.
+  const any = await buildError(p, 'arr', (c) => c.where('v', 'array-contains-any', [[1], 2]));
+  assert.equal(any?.code, 'invalid-argument', JSON.stringify(any));
+  assert.match(any.message, /Nested arrays are not supported/);
+  // Other operands still refuse nested arrays.
+  const eq = await buildError(p, 'arr', (c) => c.where('v', '==', [[1]]));
+  assert.equal(eq?.code, 'invalid-argument', JSON.stringify(eq));
+  await p.close();
+});
