@@ -82,3 +82,49 @@ test('in / not-in take arrays as elements and match fields equal to one of them'
   assert.equal(eq?.code, 'invalid-argument', JSON.stringify(eq));
   await p.close();
 });
+
+test('string field paths refuse ~ * / [ ]; FieldPath objects take any name', { timeout: 60000 }, async () => {
+  const p = await page();
+  await openWith(p, 'sem-paths', 'paths', { a: { 'a~b': 1, n: 1 }, b: { 'a~b': 2, n: 2 } });
+  const bad = [
+    (c) => c.where('a~b', '==', 1),
+    (c) => c.where('a*b', '==', 1),
+    (c) => c.where('m.a/b', '==', 1),
+    (c) => c.where('a[0]', '==', 1),
+    (c) => c.where('a]', '==', 1),
+    (c, hearth) => c.where(hearth.Filter.where('a~b', '==', 1)),
+    (c) => c.orderBy('a/b'),
+    (c) => c.select('a~b'),
+    (c, hearth) => c.aggregate({ s: hearth.AggregateField.sum('a~b') }),
+  ];
+  for (const build of bad) {
+    const err = await buildError(p, 'paths', build);
+    assert.equal(err?.code, 'invalid-argument', `${build}: ${JSON.stringify(err)}`);
+    assert.match(err.message, /Invalid field path \(.*\)\. Paths must not contain '~', '\*', '\/', '\[', or '\]'/, `${build}`);
+  }
+  // Writes and reads that take a dotted string path refuse it too.
+  const writes = await p.evaluate(async () => {
+    const ref = window.db.collection('paths').doc('a');
+    const out = [];
+    for (const f of [() => ref.update('a~b', 3), () => ref.update({ 'a~b': 3 }),
+      () => ref.set({ x: 1 }, { mergeFields: ['a~b'] }),
+      async () => (await ref.get({ source: 'cache' })).get('a~b')]) {
+      try { await f(); out.push(null); } catch (e) { out.push({ code: e.code, message: e.message }); }
+    }
+    return out;
+  });
+  for (const err of writes) {
+    assert.equal(err?.code, 'invalid-argument', JSON.stringify(writes));
+    assert.match(err.message, /Paths must not contain/);
+  }
+  // A FieldPath may name any field.
+  assertBoth(await bothSides(p, 'paths', (c, hearth) => c.where(new hearth.FieldPath('a~b'), '==', 2)), ['b'], 'FieldPath');
+  assertBoth(await bothSides(p, 'paths', (c, hearth) => c.orderBy(new hearth.FieldPath('a~b'), 'desc')), ['b', 'a'], 'orderBy FieldPath');
+  const got = await p.evaluate(async () => {
+    const ref = window.db.collection('paths').doc('a');
+    await ref.update(new window.hearth.FieldPath('a~b'), 5);
+    return (await ref.get({ source: 'server' })).get(new window.hearth.FieldPath('a~b'));
+  });
+  assert.equal(got, 5);
+  await p.close();
+});

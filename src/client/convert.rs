@@ -219,7 +219,7 @@ pub fn parse_update_data(obj: &JsValue) -> Result<UpdateData, ClientError> {
     for key in keys.iter() {
         let name = js_string(&key)
             .ok_or_else(|| ClientError::invalid("a field path has unpaired UTF-16 surrogates"))?;
-        let path = FieldPath::parse(&name)?;
+        let path = dotted_field_path(&name)?;
         let value = Reflect::get(obj, &key).map_err(|e| read_failed(&e))?;
         entries.push((path, value));
     }
@@ -250,7 +250,7 @@ pub fn field_path_arg(v: &JsValue) -> Result<FieldPath, ClientError> {
     if v.is_string() {
         let s = js_string(v)
             .ok_or_else(|| ClientError::invalid("a field path has unpaired UTF-16 surrogates"))?;
-        return Ok(FieldPath::parse(&s)?);
+        return dotted_field_path(&s);
     }
     match types::instance_of(v)? {
         Some(Instance::FieldPath(p)) => Ok(p),
@@ -259,6 +259,20 @@ pub fn field_path_arg(v: &JsValue) -> Result<FieldPath, ClientError> {
             describe(v)
         ))),
     }
+}
+
+/// A field path given as a dotted string, wherever the API takes one (`where`, `orderBy`,
+/// `select`, `sum` / `average`, `update`'s paths, `mergeFields`, `DocumentSnapshot.get`).
+/// Firestore's SDK refuses `~`, `*`, `/`, `[` and `]` anywhere in such a string (they are
+/// reserved for path syntax), before splitting it; a `FieldPath` built from segments may
+/// name any field, so the core's `FieldPath` has no such rule.
+pub fn dotted_field_path(s: &str) -> Result<FieldPath, ClientError> {
+    if s.contains(['~', '*', '/', '[', ']']) {
+        return Err(ClientError::invalid(format!(
+            "Invalid field path ({s}). Paths must not contain '~', '*', '/', '[', or ']'"
+        )));
+    }
+    Ok(FieldPath::parse(s)?)
 }
 
 /// Firestore keeps the last value of a path given twice; then each value is parsed at its
