@@ -128,3 +128,25 @@ test('string field paths refuse ~ * / [ ]; FieldPath objects take any name', { t
   assert.equal(got, 5);
   await p.close();
 });
+
+test('a field ordered twice is refused by the cache and the relay alike', { timeout: 60000 }, async () => {
+  const p = await page();
+  await openWith(p, 'sem-order-twice', 'twice', { a: { n: 1 }, b: { n: 2 }, c: { n: 1 } });
+  // Firestore's backend refuses an order by clause with duplicate fields (invalid-argument);
+  // the SDK passes the query through, so the refusal comes from the query, not the client.
+  for (const build of [
+    (c) => c.orderBy('n').orderBy('n', 'desc'),
+    (c) => c.orderBy('n').orderBy('n'),
+    (c) => c.where('n', '>', 0).orderBy('n', 'desc').orderBy('n'),
+    (c, hearth) => c.orderBy(hearth.FieldPath.documentId()).orderBy('__name__', 'desc'),
+  ]) {
+    const got = await bothSides(p, 'twice', build);
+    for (const side of ['cache', 'server']) {
+      assert.equal(got[side]?.code, 'invalid-argument', `${build} ${side}: ${JSON.stringify(got)}`);
+      assert.match(got[side].message, /order by clause cannot contain duplicate fields/i);
+    }
+  }
+  // One orderBy per field still runs.
+  assertBoth(await bothSides(p, 'twice', (c) => c.orderBy('n', 'desc')), ['b', 'c', 'a'], 'desc');
+  await p.close();
+});

@@ -293,6 +293,16 @@ pub fn validate(q: &Query) -> Result<Query, QueryError> {
         }
         out.filter = Some(f);
     }
+    // Firestore's backend refuses a field ordered twice (`orderBy('n').orderBy('n', 'desc')`);
+    // its SDK lets the query through, so the refusal is the query's, wherever it runs.
+    for (i, o) in q.order_by.iter().enumerate() {
+        if q.order_by[..i].iter().any(|p| p.field == o.field) {
+            return Err(invalid(format!(
+                "order by clause cannot contain duplicate fields (`{}` is ordered more than once)",
+                o.field
+            )));
+        }
+    }
     let order_len = normalized_order(&out).len();
     if let Some(c) = &q.start {
         let what = if c.inclusive { "startAt" } else { "startAfter" };

@@ -432,6 +432,21 @@ fn firestore_rejections_are_rejected() {
         ArrayContainsAny,
         list(vec![list(vec![list(vec![1i64.into()])])]),
     ));
+    // A field ordered twice, in either direction (Firestore's backend refuses it).
+    invalid(q().order_by("a", Ascending).order_by("a", Descending));
+    invalid(q().order_by("a", Ascending).order_by("a", Ascending));
+    invalid(
+        q().order_by("a", Descending)
+            .order_by("b", Ascending)
+            .order_by("a", Descending),
+    );
+    invalid(
+        q().order_by("__name__", Ascending)
+            .order_by("__name__", Descending),
+    );
+    invalid(q().where_("c", ArrayContainsAny, list(vec![list(vec![1i64.into()])])));
+    invalid(q().where_("a", Equal, list(vec![list(vec![1i64.into()])])));
+    invalid(q().where_("c", ArrayContains, list(vec![list(vec![1i64.into()])])));
     // documentId() misuse.
     invalid(q().where_("__name__", ArrayContains, "a"));
     invalid(q().where_("__name__", ArrayContainsAny, list(vec!["a".into()])));

@@ -365,9 +365,12 @@ pub(crate) fn arb_query_spec() -> impl Strategy<Value = QuerySpec> {
             select(vec!["a", "b", "m.x", "__name__", "m"]),
             dir.clone(),
             select(vec!["a", "b", "c", "__name__", "m.x"]),
-            dir,
+            dir.clone(),
         )
             .prop_map(|(f1, d1, f2, d2)| if f1 == f2 { vec![(f1, d1)] } else { vec![(f1, d1), (f2, d2)] }),
+        // A field ordered twice: refused (checked against `firestore_accepts`).
+        1 => (select(vec!["a", "__name__"]), dir.clone(), dir)
+            .prop_map(|(f, d1, d2)| vec![(f, d1), (f, d2)]),
     ];
     (
         (

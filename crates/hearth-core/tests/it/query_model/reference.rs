@@ -514,6 +514,12 @@ pub(crate) fn firestore_accepts(q: &Query) -> bool {
             return false;
         }
     }
+    // The backend refuses an order by clause with duplicate fields.
+    for (i, o) in q.order_by.iter().enumerate() {
+        if q.order_by[..i].iter().any(|p| p.field == o.field) {
+            return false;
+        }
+    }
     let Some(f) = &q.filter else { return true };
     let mut all = Vec::new();
     field_filters(f, &mut all);
