@@ -151,14 +151,7 @@ impl Sync {
     /// their Listen on the next connection, listeners go `fromCache`; then a reconnect is
     /// scheduled.
     pub(super) fn drop_socket(self: &Rc<Self>) {
-        let ws = self.ws.borrow_mut().take();
-        if let Some(ws) = ws {
-            ws.set_onopen(None);
-            ws.set_onmessage(None);
-            ws.set_onclose(None);
-            let _ = ws.close();
-        }
-        self.handlers.borrow_mut().clear();
+        self.detach_socket();
         if let Some((_, id)) = self.auth_timer.borrow_mut().take() {
             clear_timeout(id);
         }
@@ -180,7 +173,22 @@ impl Sync {
                 e.set_online(false);
             }
         }
+        // Requests waiting for this connection fail now rather than at their timers.
+        self.wake_open_waiters();
         self.schedule_reconnect();
+    }
+
+    /// Closes the current socket, if any, after taking its event handlers off it: they are
+    /// dropped with it, and a socket that is closing still delivers events.
+    pub(super) fn detach_socket(&self) {
+        let ws = self.ws.borrow_mut().take();
+        if let Some(ws) = ws {
+            ws.set_onopen(None);
+            ws.set_onmessage(None);
+            ws.set_onclose(None);
+            let _ = ws.close();
+        }
+        self.handlers.borrow_mut().clear();
     }
 
     /// Connects again after the backoff delay with jitter (0.5 to 1.5 times it).

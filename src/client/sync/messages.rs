@@ -57,6 +57,7 @@ impl Sync {
                 self.backoff_ms.set(250.0);
                 self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
                 self.schedule_token_refresh();
+                self.wake_open_waiters();
                 wasm_bindgen_futures::spawn_local(async move {
                     let Some(engine) = self.engine() else { return };
                     let _ = engine.set_indexes(indexes).await;

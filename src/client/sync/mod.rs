@@ -39,6 +39,15 @@ use self::connection::{clear_timeout, set_timeout};
 /// Where a request's reply goes.
 type Reply = Box<dyn FnOnce(Result<ServerMessage, ClientError>)>;
 
+/// A request waiting for the connection to open: woken by the Welcome, by the connection
+/// failing or being switched off, or by its own timer.
+struct OpenWaiter {
+    /// The waiting promise's `resolve`.
+    resolve: Function,
+    /// Its timer's `setTimeout` id, cleared when it is woken first.
+    timer: Option<f64>,
+}
+
 /// One relay target: the relay's side of a listener.
 struct Target {
     /// The local listener it serves.
@@ -110,8 +119,8 @@ pub struct Sync {
     writes: RefCell<HashMap<u64, u64>>,
     /// Resume versions loaded from IndexedDB, by encoded query.
     stored_resume: RefCell<HashMap<Vec<u8>, u64>>,
-    /// Resolvers of requests waiting for the connection to open.
-    open_waiters: RefCell<Vec<Function>>,
+    /// Requests waiting for the connection to open (see `wait_open`).
+    open_waiters: RefCell<Vec<OpenWaiter>>,
     /// The global `online`/`offline` handlers, alive as long as the database is open.
     online_handlers: RefCell<Vec<Closure<dyn FnMut(JsValue)>>>,
 }
@@ -209,7 +218,8 @@ impl Sync {
     }
 
     /// Waits up to `ms` for the connection to open (a request made while it is still
-    /// connecting should not fail); false when it did not.
+    /// connecting should not fail); false when it did not. The Welcome wakes it at once, and
+    /// so does the connection failing, closing or being switched off (then it is false).
     pub async fn wait_open(&self, ms: f64) -> bool {
         if self.open.get() {
             return true;
@@ -217,14 +227,35 @@ impl Sync {
         if self.closed.get() || !self.enabled.get() {
             return false;
         }
+        let mut mine: Option<Function> = None;
         let promise = js_sys::Promise::new(&mut |resolve, _| {
-            if let Some(id) = set_timeout(&resolve, ms) {
-                let _ = id;
-            }
-            self.open_waiters.borrow_mut().push(resolve);
+            let timer = set_timeout(&resolve, ms);
+            mine = Some(resolve.clone());
+            self.open_waiters
+                .borrow_mut()
+                .push(OpenWaiter { resolve, timer });
         });
         let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+        // Timed out: this waiter is still listed (a wake drains the list); it goes now, so
+        // waiters do not pile up while the relay stays unreachable.
+        if let Some(mine) = mine {
+            self.open_waiters
+                .borrow_mut()
+                .retain(|w| !js_sys::Object::is(&w.resolve, &mine));
+        }
         self.open.get()
+    }
+
+    /// Wakes every request waiting for the connection: it opened (they go on), or failed,
+    /// closed or was switched off (they find it not open and fail with `unavailable`).
+    fn wake_open_waiters(&self) {
+        let waiters = std::mem::take(&mut *self.open_waiters.borrow_mut());
+        for w in waiters {
+            if let Some(id) = w.timer {
+                clear_timeout(id);
+            }
+            let _ = w.resolve.call0(&JsValue::UNDEFINED);
+        }
     }
 
     /// Sends a request and awaits its reply.
@@ -279,19 +310,25 @@ impl Sync {
     }
 
     /// `enableNetwork()` / `disableNetwork()`: connects, or closes the socket without
-    /// reconnecting (listeners go `fromCache`).
+    /// reconnecting (listeners go `fromCache`, requests in flight or waiting for the
+    /// connection fail with `unavailable`).
     pub fn set_enabled(self: &Rc<Self>, on: bool) {
         self.enabled.set(on);
         if on {
             self.backoff_ms.set(250.0);
             self.connect();
         } else {
-            let ws = self.ws.borrow_mut().take();
-            if let Some(ws) = ws {
-                ws.set_onclose(None);
-                let _ = ws.close();
+            self.detach_socket();
+            // Replies will not come on a closed socket: what waited on them fails now (queued
+            // writes stay queued and are sent again on the next Welcome).
+            let replies: Vec<Reply> = self.replies.borrow_mut().drain().map(|(_, r)| r).collect();
+            for reply in replies {
+                reply(Err(ClientError::new(
+                    ErrorCode::Unavailable,
+                    "the network was disabled before the relay answered",
+                )));
             }
-            self.handlers.borrow_mut().clear();
+            self.writes.borrow_mut().clear();
             for t in self.targets.borrow_mut().values_mut() {
                 t.buffered.clear();
                 t.answered = false;
@@ -302,6 +339,7 @@ impl Sync {
                     e.set_online(false);
                 }
             }
+            self.wake_open_waiters();
         }
     }
 
