@@ -132,19 +132,18 @@ pub(crate) fn write_promise(db: &Rc<Db>, mutations: Vec<Mutation>, value: JsValu
         resolve_fn.expect("set by the executor"),
         reject_fn.expect("set by the executor"),
     );
-    wasm_bindgen_futures::spawn_local(async move {
-        engine
-            .write(
-                mutations,
-                Box::new(move |r| {
-                    let _ = match r {
-                        Ok(_) => resolve.call1(&JsValue::NULL, &value),
-                        Err(e) => reject.call1(&JsValue::NULL, &e.to_js()),
-                    };
-                }),
-            )
-            .await;
-    });
+    // `write` is called now, not when the task first runs: the write is issued in call
+    // order, before a `waitForPendingWrites()` the app calls next.
+    let write = engine.write(
+        mutations,
+        Box::new(move |r| {
+            let _ = match r {
+                Ok(_) => resolve.call1(&JsValue::NULL, &value),
+                Err(e) => reject.call1(&JsValue::NULL, &e.to_js()),
+            };
+        }),
+    );
+    wasm_bindgen_futures::spawn_local(write);
     promise
 }
 

@@ -16,8 +16,9 @@
 //! The parts: this module holds the [`Engine`] (opening, reads of the local view, the
 //! record of a document, the cache budget's trigger, closing); `queue` the write batches
 //! (local writes, acknowledgements, refusals, other contexts' queue changes); `listeners`
-//! the local listeners and their metadata; `server` the server's documents and index
-//! definitions entering the local view. The eviction itself is the `cache` module's.
+//! the local listeners and their metadata; `pending` `waitForPendingWrites()` behind the
+//! writes called before it; `server` the server's documents and index definitions entering
+//! the local view. The eviction itself is the `cache` module's.
 //!
 //! Architecture invariant: JS callbacks are queued while the engine updates and run only
 //! after, so a callback never re-enters the engine mid-update.
@@ -42,6 +43,7 @@ use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::value::Value;
 
 mod listeners;
+mod pending;
 mod queue;
 mod server;
 
@@ -76,6 +78,12 @@ pub struct Engine {
     queue: RefCell<Vec<Batch>>,
     /// Promises waiting on a batch's answer, by batch id.
     waiters: RefCell<HashMap<u64, Vec<Settle>>>,
+    /// The last write ticket handed out (see `pending`).
+    tickets_issued: Cell<u64>,
+    /// Tickets of writes called but not yet queued (or failed), see `pending`.
+    landing: RefCell<BTreeSet<u64>>,
+    /// `waitForPendingWrites()` calls waiting for such writes to land.
+    barriers: RefCell<Vec<pending::Barrier>>,
     /// Local listeners by id.
     listeners: RefCell<BTreeMap<u64, Listener>>,
     /// The id of the next listener.
@@ -177,6 +185,9 @@ impl Engine {
             batch_tag: (js_sys::Math::random() * 128.0) as u8 & 0x7f,
             queue: RefCell::new(queue),
             waiters: RefCell::new(HashMap::new()),
+            tickets_issued: Cell::new(0),
+            landing: RefCell::new(BTreeSet::new()),
+            barriers: RefCell::new(Vec::new()),
             listeners: RefCell::new(BTreeMap::new()),
             next_listener: Cell::new(1),
             current_targets: RefCell::new(BTreeSet::new()),
@@ -292,26 +303,20 @@ impl Engine {
         Ok(held)
     }
 
-    /// Resolves when every batch written before the call is acknowledged.
-    pub fn wait_for_pending(&self, settle: Settle) {
-        let last = self.queue.borrow().last().map(|b| b.id);
-        match last {
-            None => settle(Ok(0)),
-            Some(id) => self
-                .waiters
-                .borrow_mut()
-                .entry(id)
-                .or_default()
-                .push(settle),
-        }
-    }
-
     /// Rejects every waiting write promise (the database closed).
     pub fn close(&self) {
-        for (_, ws) in self.waiters.borrow_mut().drain() {
-            for settle in ws {
-                settle(Err(ClientError::new(ErrorCode::Unavailable, "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")));
-            }
+        let closed = || {
+            ClientError::new(ErrorCode::Unavailable, "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")
+        };
+        let waiting: Vec<Settle> = self
+            .waiters
+            .borrow_mut()
+            .drain()
+            .flat_map(|(_, ws)| ws)
+            .chain(self.barriers.borrow_mut().drain(..).map(|b| b.settle))
+            .collect();
+        for settle in waiting {
+            settle(Err(closed()));
         }
         self.listeners.borrow_mut().clear();
         if let Some(release) = self.open_lock.borrow_mut().take() {

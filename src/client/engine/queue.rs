@@ -113,9 +113,22 @@ impl Engine {
 
     /// Applies a batch locally: durable in IndexedDB, listeners raised, then handed to the
     /// relay. `settle` runs with the commit version on acknowledgement (or local durability
-    /// without a relay), or with the refusal.
-    pub async fn write(self: &Rc<Self>, mutations: Vec<Mutation>, settle: Settle) {
-        match self.write_local(mutations).await {
+    /// without a relay), or with the refusal. The write counts as issued when this is
+    /// called, before the future runs: a `waitForPendingWrites()` called after waits for it.
+    pub fn write(
+        self: &Rc<Self>,
+        mutations: Vec<Mutation>,
+        settle: Settle,
+    ) -> impl std::future::Future<Output = ()> + 'static {
+        let ticket = self.issue_write();
+        let engine = self.clone();
+        async move { engine.write_issued(ticket, mutations, settle).await }
+    }
+
+    async fn write_issued(self: &Rc<Self>, ticket: u64, mutations: Vec<Mutation>, settle: Settle) {
+        let written = self.write_local(mutations).await;
+        self.landed(ticket, written.as_ref().ok().map(|b| b.id));
+        match written {
             Err(e) => settle(Err(e)),
             Ok(batch) => {
                 if self.synced {
