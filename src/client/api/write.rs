@@ -133,10 +133,12 @@ impl Transaction {
                 )
                 .into());
             }
-            let Some(sync) = db.sync.clone().filter(|_| db.online()) else {
+            // A read made while the connection is still opening waits for it (offline, the
+            // request fails with `unavailable`).
+            let Some(sync) = db.sync.clone() else {
                 return Err(ClientError::new(
-                    ErrorCode::Unavailable,
-                    "transactions need the relay: the client is offline",
+                    ErrorCode::FailedPrecondition,
+                    "transactions need a relay: open the database with { relay }",
                 )
                 .into());
             };
@@ -241,7 +243,10 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
                 return Ok(result);
             }
             let touched: Vec<DocumentName> = writes.iter().map(|m| m.name.clone()).collect();
-            let batch_id = ((js_sys::Date::now() as u64) << 10) | u64::from(attempt);
+            // The relay takes a batch id it has seen from this client as a retry and answers
+            // with the first commit's result: every attempt needs an id of its own, from the
+            // sequence the write queue uses (unique across this client's contexts).
+            let batch_id = db.engine.next_batch_id();
             match sync.commit_transaction(batch_id, writes, reads).await {
                 Ok(_) => {
                     // Bring the committed documents into the local view now rather than

@@ -103,8 +103,8 @@ impl Engine {
     /// `ms << 11 | tag << 4 | n`, with this context's random 7-bit `tag`. Two contexts collide
     /// only when both write in the same millisecond with the same tag (1 in 128). Ids stay
     /// below 2^53 (exact as IndexedDB number keys) until 2109, and above schema-1 ids
-    /// (`ms << 10`).
-    fn next_batch_id(&self) -> u64 {
+    /// (`ms << 10`). Transactions' commits take their ids from this sequence too.
+    pub fn next_batch_id(&self) -> u64 {
         let time_based = ((js_sys::Date::now() as u64) << 11) | (u64::from(self.batch_tag) << 4);
         let id = time_based.max(self.batch_seq.get() + 1);
         self.batch_seq.set(id);

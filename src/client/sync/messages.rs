@@ -90,6 +90,13 @@ impl Sync {
                 batch_id,
                 version,
             } => {
+                // A transaction's commit is a request: its answer goes to the caller. Queued
+                // batches are not requests; their answers go to the engine.
+                let reply = self.replies.borrow_mut().remove(&request_id);
+                if let Some(r) = reply {
+                    r(Ok(m));
+                    return;
+                }
                 self.writes.borrow_mut().remove(&request_id);
                 if let Some(engine) = self.engine() {
                     wasm_bindgen_futures::spawn_local(async move {
