@@ -7,13 +7,7 @@ import { useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
-
-/** Opens a database in the page and keeps it as window.db. */
-async function open(p, name, extra = {}) {
-  await p.evaluate(async ({ name, url, extra }) => {
-    window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
-  }, { name, url: env.relay.url, extra });
-}
+const open = env.open;
 
 test('seed 000: the instruments code runs unchanged and returns the seed results', { timeout: 60000 }, async () => {
   const p = await page();

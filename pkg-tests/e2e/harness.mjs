@@ -93,10 +93,14 @@ export async function startBrowser() {
 
 /** The environment of one test file: a relay (started with `relayArgs`), a file server and a
  *  browser, started before its tests and stopped after them (node:test hooks). `env.page()`
- *  opens the test page, which loads the package. */
+ *  opens the test page, which loads the package; `env.open(page, name, extra)` opens database
+ *  `name` there with this relay (and `extra` options), kept as `window.db`. */
 export function useEnvironment(relayArgs = []) {
   const env = {
     page: () => env.browser.page(`${env.server.origin}/pkg-tests/e2e/page.html`),
+    open: (p, name, extra = {}) => p.evaluate(async ({ name, url, extra }) => {
+      window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
+    }, { name, url: env.relay.url, extra }),
   };
   before(async () => {
     env.relay = await startRelay(relayArgs);

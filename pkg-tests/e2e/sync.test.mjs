@@ -8,13 +8,7 @@ import { startBrowser, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
-
-/** Opens a database in the page and keeps it as window.db. */
-async function open(p, name, extra = {}) {
-  await p.evaluate(async ({ name, url, extra }) => {
-    window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
-  }, { name, url: env.relay.url, extra });
-}
+const open = env.open;
 
 /** Installs `window.within(promise, ms)`: the promise's outcome, or 'timed out' after `ms`. */
 async function installWithin(p) {
