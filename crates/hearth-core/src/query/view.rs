@@ -132,7 +132,16 @@ impl View {
                 LimitType::First => p == plan.len(),
                 LimitType::Last => p == 0,
             };
-            if self.complete || !beyond_edge {
+            // A document of the view that did not move back (a new version, the same sort
+            // key) is still ahead of every document the view has not seen.
+            let stays = old_pos.is_some_and(|i| {
+                let ord = self.matcher.compare(doc, &self.docs[i]);
+                match last_type {
+                    LimitType::First => ord != Ordering::Greater,
+                    LimitType::Last => ord != Ordering::Less,
+                }
+            });
+            if self.complete || !beyond_edge || stays {
                 plan.insert(p, Slot::New);
             }
         }
@@ -172,6 +181,25 @@ impl View {
             .collect();
         ViewUpdate {
             changes,
+            needs_refill,
+        }
+    }
+
+    /// Applies several document changes as one snapshot: the changes are the delta of the
+    /// whole batch (each document at most once), relative to the result before it. When
+    /// `needs_refill` is set, the caller re-runs the query and diffs the refill against the
+    /// result it held before the batch, so that evictions and refills reach the listener too.
+    pub fn apply_batch<'a>(
+        &mut self,
+        batch: impl IntoIterator<Item = (&'a DocumentName, Option<&'a Document>)>,
+    ) -> ViewUpdate {
+        let before = self.docs.clone();
+        let mut needs_refill = false;
+        for (name, new) in batch {
+            needs_refill |= self.apply(name, new).needs_refill;
+        }
+        ViewUpdate {
+            changes: diff(&before, &self.docs),
             needs_refill,
         }
     }

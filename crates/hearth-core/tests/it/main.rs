@@ -17,3 +17,4 @@ mod seed_catalogs;
 mod seed_instruments;
 mod strategies;
 mod tidy;
+mod views;
