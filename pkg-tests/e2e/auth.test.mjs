@@ -47,7 +47,8 @@ test('a short-lived token is refreshed through the callback before it expires; w
     };
     window.db = await window.hearth.Hearth.open({ name: 'auth-refresh', relay: url, token });
     window.seen = [];
-    window.db.collection('a').onSnapshot((s) => {
+    // The acknowledgement is metadata only: raised to listeners that ask for it.
+    window.db.collection('a').onSnapshot({ includeMetadataChanges: true }, (s) => {
       if (!s.metadata.hasPendingWrites) window.seen.push(s.size);
     });
     await window.db.doc('a/1').set({ v: 1 });

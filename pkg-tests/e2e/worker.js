@@ -9,7 +9,7 @@ self.onmessage = async (e) => {
     if (op === 'open') {
       await init();
       db = await Hearth.open({ name: e.data.name, relay: e.data.relay });
-      db.collection('w').onSnapshot((s) => {
+      db.collection('w').onSnapshot({ includeMetadataChanges: true }, (s) => {
         self.postMessage({ op: 'snapshot', ids: s.docs.map((d) => d.id).sort(), pending: s.metadata.hasPendingWrites });
       });
       self.postMessage({ op: 'opened', global: typeof window });

@@ -12,7 +12,7 @@ use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::validate;
-use hearth_core::query::view::{diff, DocChange, View};
+use hearth_core::query::view::{diff, ChangeType, DocChange, View};
 use hearth_core::value::Value;
 
 /// What a listener receives.
@@ -67,8 +67,12 @@ pub(super) struct Listener {
     include_metadata: bool,
     /// Relay target serving this listener, if any.
     target: Option<u32>,
-    /// The last raised metadata, to raise metadata-only changes when asked.
+    /// The last computed metadata (`fromCache`, `hasPendingWrites`), to raise
+    /// metadata-only changes when asked; `None` until the first snapshot.
     last_meta: Option<(bool, bool)>,
+    /// The documents of a query's result that had a pending write at the last snapshot: a
+    /// change of this set is a metadata-only `modified` change.
+    last_pending: HashSet<DocumentName>,
 }
 
 impl Engine {
@@ -92,9 +96,10 @@ impl Engine {
                 include_metadata,
                 target: None,
                 last_meta: None,
+                last_pending: HashSet::new(),
             },
         );
-        self.reset_query_listener(id, docs);
+        self.reset_query_listener(id, docs, None);
         if let Some(l) = self.on_listen.borrow().as_ref() {
             l(id, &q);
         }
@@ -120,6 +125,7 @@ impl Engine {
                 include_metadata,
                 target: None,
                 last_meta: None,
+                last_pending: HashSet::new(),
             },
         );
         let pending = self.has_pending(&name);
@@ -167,31 +173,96 @@ impl Engine {
     }
 
     /// Replaces a query listener's result with `docs` (its first result, or a refill) and
-    /// queues the snapshot.
-    fn reset_query_listener(&self, id: u64, docs: Vec<Document>) {
+    /// queues the snapshot. `before` is the result the listener last raised from, when a batch
+    /// of changes was applied to the view before the refill was found necessary: the
+    /// snapshot's changes then cover the whole batch (evictions included).
+    fn reset_query_listener(&self, id: u64, docs: Vec<Document>, before: Option<Vec<Document>>) {
+        let pending_names = self.pending_names();
         let mut ls = self.listeners.borrow_mut();
         let Some(l) = ls.get_mut(&id) else { return };
         let Watched::Query(view) = &mut l.watched else {
             return;
         };
-        let changes = view.reset(docs);
-        let snapshot_docs = view.documents().to_vec();
-        let first = l.last_meta.is_none();
+        let before = before.unwrap_or_else(|| view.documents().to_vec());
+        view.reset(docs);
+        let changes = diff(&before, view.documents());
+        self.raise_query(l, &before, changes, &pending_names);
+    }
+
+    /// Queues a query listener's snapshot after its view changed from `before` by `changes`
+    /// (`View` deltas, which count a new version of unchanged data as `modified`).
+    ///
+    /// As in Firestore, a change is a data change when a document entered, left, moved or
+    /// changed its fields; anything else (a pending write acknowledged, `fromCache`) is
+    /// metadata. Listeners raise a snapshot for data changes; only those that asked for
+    /// `includeMetadataChanges` raise metadata-only snapshots, with a `modified` change for
+    /// each document whose `hasPendingWrites` changed.
+    fn raise_query(
+        &self,
+        l: &mut Listener,
+        before: &[Document],
+        changes: Vec<DocChange>,
+        pending_names: &HashSet<DocumentName>,
+    ) {
+        let Watched::Query(view) = &l.watched else {
+            return;
+        };
+        let docs = view.documents().to_vec();
+        let mut changes: Vec<DocChange> = changes
+            .into_iter()
+            .filter(|c| {
+                let same_data = c.kind == ChangeType::Modified
+                    && c.old_index == c.new_index
+                    && before
+                        .iter()
+                        .find(|d| d.name == c.doc.name)
+                        .is_some_and(|d| d.fields == c.doc.fields);
+                !same_data
+            })
+            .collect();
+        let pending: Vec<bool> = docs
+            .iter()
+            .map(|d| pending_names.contains(&d.name))
+            .collect();
+        let has_pending_writes = pending.iter().any(|p| *p);
         let from_cache = !l
             .target
             .is_some_and(|t| self.current_targets.borrow().contains(&t) && self.online.get());
-        let pending: Vec<bool> = snapshot_docs
-            .iter()
-            .map(|d| self.has_pending(&d.name))
-            .collect();
-        let has_pending_writes = pending.iter().any(|p| *p);
         let meta = (from_cache, has_pending_writes);
-        if first || !changes.is_empty() || (l.include_metadata && l.last_meta != Some(meta)) {
-            l.last_meta = Some(meta);
+        let first = l.last_meta.is_none();
+        let now_pending: HashSet<DocumentName> = docs
+            .iter()
+            .zip(&pending)
+            .filter(|(_, p)| **p)
+            .map(|(d, _)| d.name.clone())
+            .collect();
+        let mut metadata_changed = l.last_meta != Some(meta);
+        if l.include_metadata && !first {
+            // Appended after the data changes, a document's metadata change is a `modified`
+            // at its final index (old = new): the list is already the new result there.
+            for (i, d) in docs.iter().enumerate() {
+                let was_pending = l.last_pending.contains(&d.name);
+                if was_pending != pending[i]
+                    && before.iter().any(|b| b.name == d.name)
+                    && !changes.iter().any(|c| c.doc.name == d.name)
+                {
+                    metadata_changed = true;
+                    changes.push(DocChange {
+                        kind: ChangeType::Modified,
+                        doc: d.clone(),
+                        old_index: Some(i),
+                        new_index: Some(i),
+                    });
+                }
+            }
+        }
+        l.last_meta = Some(meta);
+        l.last_pending = now_pending;
+        if first || !changes.is_empty() || (l.include_metadata && metadata_changed) {
             self.outbox.borrow_mut().push((
                 l.callback.clone(),
                 ListenEvent::Query {
-                    docs: snapshot_docs,
+                    docs,
                     pending,
                     changes,
                     from_cache,
@@ -224,51 +295,14 @@ impl Engine {
                         if relevant.is_empty() && !l.include_metadata {
                             continue;
                         }
-                        // One change: its own delta. Several: the delta of the whole.
-                        let before = (relevant.len() > 1).then(|| view.documents().to_vec());
-                        let mut needs = false;
-                        let mut changes = Vec::new();
-                        for (name, doc) in relevant {
-                            let update = view.apply(name, doc.as_ref());
-                            needs |= update.needs_refill;
-                            changes = update.changes;
-                        }
-                        if needs {
-                            refill.push(*id);
+                        let before = view.documents().to_vec();
+                        let update =
+                            view.apply_batch(relevant.iter().map(|(n, d)| (n, d.as_ref())));
+                        if update.needs_refill {
+                            refill.push((*id, before));
                             continue;
                         }
-                        if let Some(before) = before {
-                            changes = diff(&before, view.documents());
-                        }
-                        let docs = view.documents().to_vec();
-                        let pending: Vec<bool> = docs
-                            .iter()
-                            .map(|d| pending_names.contains(&d.name))
-                            .collect();
-                        let has_pending_writes = pending.iter().any(|p| *p);
-                        let from_cache = !l.target.is_some_and(|t| {
-                            self.current_targets.borrow().contains(&t) && self.online.get()
-                        });
-                        let meta = (from_cache, has_pending_writes);
-                        let touched = changed
-                            .iter()
-                            .any(|(n, _)| docs.iter().any(|d| d.name == *n));
-                        if !changes.is_empty()
-                            || (touched && l.last_meta != Some(meta))
-                            || (l.include_metadata && l.last_meta != Some(meta))
-                        {
-                            l.last_meta = Some(meta);
-                            self.outbox.borrow_mut().push((
-                                l.callback.clone(),
-                                ListenEvent::Query {
-                                    docs,
-                                    pending,
-                                    changes,
-                                    from_cache,
-                                    has_pending_writes,
-                                },
-                            ));
-                        }
+                        self.raise_query(l, &before, update.changes, &pending_names);
                     }
                     Watched::Document(name, current) => {
                         if let Some((_, doc)) = changed.iter().find(|(n, _)| n == name) {
@@ -277,9 +311,14 @@ impl Engine {
                                 self.current_targets.borrow().contains(&t) && self.online.get()
                             });
                             let meta = (from_cache, pending);
-                            if *current != *doc || l.last_meta != Some(meta) {
-                                *current = doc.clone();
-                                l.last_meta = Some(meta);
+                            // Only a change of data (or existence) is raised to a plain
+                            // listener; a new version of the same fields is metadata.
+                            let data_changed = current.as_ref().map(|d| &d.fields)
+                                != doc.as_ref().map(|d| &d.fields);
+                            let meta_changed = l.last_meta != Some(meta);
+                            *current = doc.clone();
+                            l.last_meta = Some(meta);
+                            if data_changed || (l.include_metadata && meta_changed) {
                                 self.outbox.borrow_mut().push((
                                     l.callback.clone(),
                                     ListenEvent::Document {
@@ -295,7 +334,7 @@ impl Engine {
                 }
             }
         }
-        for id in refill {
+        for (id, before) in refill {
             let q = match self.listeners.borrow().get(&id) {
                 Some(Listener {
                     watched: Watched::Query(v),
@@ -304,7 +343,7 @@ impl Engine {
                 _ => continue,
             };
             match self.query(&q).await {
-                Ok(docs) => self.reset_query_listener(id, docs),
+                Ok(docs) => self.reset_query_listener(id, docs, Some(before)),
                 Err(e) => self.fail_listener(id, e),
             }
         }
@@ -356,7 +395,7 @@ impl Engine {
         self.refresh_metadata();
     }
 
-    /// Queues a snapshot for every listener whose metadata changed.
+    /// Metadata changed (`fromCache`): listeners that asked for metadata changes raise it.
     fn refresh_metadata(&self) {
         {
             let pending_names = self.pending_names();
@@ -367,41 +406,25 @@ impl Engine {
                 });
                 match &l.watched {
                     Watched::Query(view) => {
-                        let docs = view.documents().to_vec();
-                        let pending: Vec<bool> = docs
-                            .iter()
-                            .map(|d| pending_names.contains(&d.name))
-                            .collect();
-                        let has_pending_writes = pending.iter().any(|p| *p);
-                        let meta = (from_cache, has_pending_writes);
-                        if l.last_meta != Some(meta) {
-                            l.last_meta = Some(meta);
-                            self.outbox.borrow_mut().push((
-                                l.callback.clone(),
-                                ListenEvent::Query {
-                                    docs,
-                                    pending,
-                                    changes: Vec::new(),
-                                    from_cache,
-                                    has_pending_writes,
-                                },
-                            ));
-                        }
+                        let before = view.documents().to_vec();
+                        self.raise_query(l, &before, Vec::new(), &pending_names);
                     }
                     Watched::Document(name, doc) => {
-                        let pending = self.has_pending(name);
+                        let pending = pending_names.contains(name);
                         let meta = (from_cache, pending);
                         if l.last_meta != Some(meta) {
                             l.last_meta = Some(meta);
-                            self.outbox.borrow_mut().push((
-                                l.callback.clone(),
-                                ListenEvent::Document {
-                                    name: name.clone(),
-                                    doc: doc.clone(),
-                                    from_cache,
-                                    has_pending_writes: pending,
-                                },
-                            ));
+                            if l.include_metadata {
+                                self.outbox.borrow_mut().push((
+                                    l.callback.clone(),
+                                    ListenEvent::Document {
+                                        name: name.clone(),
+                                        doc: doc.clone(),
+                                        from_cache,
+                                        has_pending_writes: pending,
+                                    },
+                                ));
+                            }
                         }
                     }
                 }
