@@ -7,6 +7,10 @@
 //!   index entries, the untouched server version of each document (`remote`), and the batch,
 //!   in one IndexedDB transaction; then listeners fire (`hasPendingWrites: true`); then the
 //!   batch goes to the relay;
+//! - with a relay, a document absent from the local view is unknown (nothing records what
+//!   was never read), not known to be absent: a write that needs it (`update`, a
+//!   precondition) is queued without a local document, its base kept as unknown in `remote`,
+//!   and the relay decides (Firestore's blind writes); its refusal is a rollback like any;
 //! - a server document (listen delta or read) replaces the `remote` base of a document with
 //!   pending writes and the pending batches are re-applied over it, or replaces the local
 //!   document directly;

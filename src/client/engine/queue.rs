@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
-use super::server::{decode_remote, encode_remote};
+use super::server::{decode_remote, encode_remote, remote_is_unknown, REMOTE_UNKNOWN};
 use super::{now_micros, Engine, Settle};
 use crate::client::cache::stored_bytes;
 use crate::client::error::ClientError;
@@ -16,7 +16,7 @@ use hearth_core::document::Document;
 use hearth_core::encoding::document::decode_document;
 use hearth_core::index::keys::document_key;
 use hearth_core::kv::Table;
-use hearth_core::mutation::{ApplyContext, Mutation};
+use hearth_core::mutation::{ApplyContext, Mutation, UnknownBase};
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::{decode_mutation, encode_mutation};
 use hearth_core::query::execute::fetch;
@@ -73,6 +73,20 @@ impl Batch {
         }
         Ok(Batch { id, mutations })
     }
+}
+
+/// One document a local write touches.
+struct Touched {
+    /// The document.
+    name: DocumentName,
+    /// Its local copy before the batch (the rollback point kept as `remote`).
+    base: Option<Document>,
+    /// Whether this client had never seen it before the batch (kept as `REMOTE_UNKNOWN`).
+    base_unknown: bool,
+    /// Its local copy after the batch's mutations so far.
+    new: Option<Document>,
+    /// Whether it is still unknown after them (only writes needing it so far).
+    unknown: bool,
 }
 
 impl Engine {
@@ -179,11 +193,18 @@ impl Engine {
             Some(self.store.read().await?)
         };
         let mut bases: HashMap<DocumentName, Option<Document>> = HashMap::new();
+        // Documents this client has never seen: not in the local view, and with no pending
+        // write, or only blind ones (`REMOTE_UNKNOWN`). With a relay, an absent local copy
+        // is not proof of absence (nothing records what was never read): a write that needs
+        // the document is queued and left for the relay to decide, as Firestore does.
+        let mut unknown: HashSet<DocumentName> = HashSet::new();
         if let Some(read) = &read {
             let keys: Vec<Vec<u8>> = distinct.iter().map(document_key).collect();
             let fetched = hearth_core::kv::KvRead::get_many(read, Table::Documents, &keys)
                 .await
                 .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
+            let pending = self.pending_names();
+            let mut absent_pending: Vec<DocumentName> = Vec::new();
             for (name, bytes) in distinct.into_iter().zip(fetched) {
                 let doc = bytes
                     .map(|b| {
@@ -191,23 +212,55 @@ impl Engine {
                             .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))
                     })
                     .transpose()?;
+                if doc.is_none() && self.synced {
+                    if pending.contains(&name) {
+                        absent_pending.push(name.clone());
+                    } else {
+                        unknown.insert(name.clone());
+                    }
+                }
                 bases.insert(name, doc);
             }
+            if !absent_pending.is_empty() {
+                let keys: Vec<Vec<u8>> = absent_pending.iter().map(document_key).collect();
+                let kept = read.get_many_remote(&keys).await?;
+                for (name, kept) in absent_pending.into_iter().zip(kept) {
+                    if kept.as_deref().is_some_and(remote_is_unknown) {
+                        unknown.insert(name);
+                    }
+                }
+            }
         }
-        let mut touched: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+        let mut touched: Vec<Touched> = Vec::new();
         let mut position: HashMap<DocumentName, usize> = HashMap::new();
         for m in &batch.mutations {
             let pos = position.get(&m.name).copied();
-            let base = match pos {
-                Some(i) => touched[i].2.clone(),
-                None => bases.remove(&m.name).flatten(),
+            let (base, is_unknown) = match pos {
+                Some(i) => (touched[i].new.clone(), touched[i].unknown),
+                None => (bases.remove(&m.name).flatten(), unknown.contains(&m.name)),
             };
-            let new = m.apply(base.as_ref(), &ctx)?;
+            let (new, still_unknown) = if is_unknown {
+                match m.apply_to_unknown(&ctx)? {
+                    UnknownBase::Stays => (None, true),
+                    UnknownBase::Becomes(doc) => (doc, false),
+                }
+            } else {
+                (m.apply(base.as_ref(), &ctx)?, false)
+            };
             match pos {
-                Some(i) => touched[i].2 = new,
+                Some(i) => {
+                    touched[i].new = new;
+                    touched[i].unknown = still_unknown;
+                }
                 None => {
                     position.insert(m.name.clone(), touched.len());
-                    touched.push((m.name.clone(), base, new));
+                    touched.push(Touched {
+                        name: m.name.clone(),
+                        base_unknown: is_unknown,
+                        base,
+                        new,
+                        unknown: still_unknown,
+                    });
                 }
             }
         }
@@ -217,14 +270,14 @@ impl Engine {
         let need_base: Vec<usize> = if self.synced {
             let pending = self.pending_names();
             (0..touched.len())
-                .filter(|&i| !pending.contains(&touched[i].0))
+                .filter(|&i| !pending.contains(&touched[i].name))
                 .collect()
         } else {
             Vec::new()
         };
         let base_keys: Vec<Vec<u8>> = need_base
             .iter()
-            .map(|&i| document_key(&touched[i].0))
+            .map(|&i| document_key(&touched[i].name))
             .collect();
         let kept = match &read {
             Some(read) if !base_keys.is_empty() => read.get_many_remote(&base_keys).await?,
@@ -235,15 +288,19 @@ impl Engine {
                 ops.push(WriteOp::Put {
                     store: Store::Remote,
                     key: Key::Bytes(key),
-                    value: encode_remote(touched[i].1.as_ref())?,
+                    value: if touched[i].base_unknown {
+                        REMOTE_UNKNOWN.to_vec()
+                    } else {
+                        encode_remote(touched[i].base.as_ref())?
+                    },
                 });
             }
         }
         drop(read);
         // The document records are encoded as their requests are made (see `write_iter`).
         let written = Cell::new(0u64);
-        let docs = touched.iter().map(|(name, _, new)| {
-            let op = self.doc_op(name, new.as_ref());
+        let docs = touched.iter().map(|t| {
+            let op = self.doc_op(&t.name, t.new.as_ref());
             if let Ok(op) = &op {
                 written.set(written.get() + stored_bytes(op));
             }
@@ -279,7 +336,7 @@ impl Engine {
         // Latency compensation: listeners see the write while IndexedDB commits it. Reads
         // they make now are ordered after the write's transaction, so they see it too.
         let changed: Vec<(DocumentName, Option<Document>)> =
-            touched.into_iter().map(|(n, _, new)| (n, new)).collect();
+            touched.into_iter().map(|t| (t.name, t.new)).collect();
         self.local_changed(&changed).await;
         if let Err(e) = in_flight.done().await {
             // Nothing was stored: listeners go back to what is (reads made now are ordered

@@ -107,6 +107,15 @@ impl Engine {
     }
 }
 
+/// The `remote` value of a document this client had never seen when it wrote it blindly (see
+/// `queue`): rebuilt like an absent base, but a later write over it is still left to the relay.
+pub(super) const REMOTE_UNKNOWN: [u8; 1] = [2];
+
+/// Whether a stored `remote` value is [`REMOTE_UNKNOWN`].
+pub(super) fn remote_is_unknown(b: &[u8]) -> bool {
+    b == REMOTE_UNKNOWN
+}
+
 /// A server base document: present (encoded) or absent (one zero byte).
 pub(super) fn encode_remote(doc: Option<&Document>) -> Result<Vec<u8>, ClientError> {
     match doc {
@@ -119,7 +128,7 @@ pub(super) fn encode_remote(doc: Option<&Document>) -> Result<Vec<u8>, ClientErr
     }
 }
 
-/// The server base document stored by `encode_remote`.
+/// The server base document stored by `encode_remote` (absent for [`REMOTE_UNKNOWN`]).
 pub(super) fn decode_remote(b: &[u8]) -> Result<Option<Document>, ClientError> {
     match b.split_first() {
         Some((1, rest)) => decode_document(rest)

@@ -103,6 +103,18 @@ pub struct Mutation {
     pub field_deletes_in_merge: Vec<FieldPath>,
 }
 
+/// A client's local estimate of a mutation over a document it has never seen (not cached:
+/// neither read nor received, as opposed to known to be absent); see
+/// [`Mutation::apply_to_unknown`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum UnknownBase {
+    /// The mutation depends on the stored document (an `update`, or a precondition on its
+    /// existence or version): the document stays unknown, and the authority decides.
+    Stays,
+    /// The mutation writes the document whatever it was: the result, as over an absent one.
+    Becomes(Option<Document>),
+}
+
 /// What the applier supplies: the relay's commit, or the client's local estimate of it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ApplyContext {
@@ -235,6 +247,25 @@ impl Mutation {
             create_version: base.map_or(ctx.commit_version, |b| b.create_version),
             update_version: ctx.commit_version,
         }))
+    }
+
+    /// Latency compensation over an unknown base, as Firestore's client does it: a write that
+    /// needs the stored document (`update`, `Exists(true)`, `UpdateVersion`) is not applied
+    /// locally and invents no document; it is left to the authority, which refuses it with
+    /// `NotFound` (or `FailedPrecondition`) if the document is not there. Any other write
+    /// (set, merge, create, delete) applies as over an absent document. Errors are only the
+    /// mutation's own shape and the limits of its result, never the base's state.
+    pub fn apply_to_unknown(&self, ctx: &ApplyContext) -> Result<UnknownBase, MutationError> {
+        self.validate()?;
+        let needs_base = matches!(self.kind, MutationKind::Update { .. })
+            || matches!(
+                self.precondition,
+                Precondition::Exists(true) | Precondition::UpdateVersion(_)
+            );
+        if needs_base {
+            return Ok(UnknownBase::Stays);
+        }
+        self.apply(None, ctx).map(UnknownBase::Becomes)
     }
 
     fn check_precondition(&self, base: Option<&Document>) -> Result<(), MutationError> {

@@ -5,7 +5,7 @@
 use hearth_core::document::{Document, DocumentError};
 use hearth_core::error::ErrorCode;
 use hearth_core::mutation::{
-    ApplyContext, FieldTransform, Mutation, MutationError, Precondition, SetMerge,
+    ApplyContext, FieldTransform, Mutation, MutationError, Precondition, SetMerge, UnknownBase,
 };
 use hearth_core::path::{DocumentName, FieldPath};
 use hearth_core::value::{Map, Timestamp, Value};
@@ -655,4 +655,40 @@ proptest! {
         }
         prop_assert_eq!(counter.total(), picks.len() as i64);
     }
+}
+
+#[test]
+fn over_an_unknown_base_writes_needing_the_document_stay_unknown() {
+    let c = ctx(7);
+    let update = Mutation::update(name(), vec![(fp("count"), Some(I(1)))]);
+    assert_eq!(update.apply_to_unknown(&c), Ok(UnknownBase::Stays));
+    let increment = Mutation::update(name(), vec![]).with_transform(fp("count"), Increment(I(1)));
+    assert_eq!(increment.apply_to_unknown(&c), Ok(UnknownBase::Stays));
+    for p in [Precondition::Exists(true), Precondition::UpdateVersion(3)] {
+        let set = Mutation::set(name(), map(&[("a", I(1))])).with_precondition(p);
+        assert_eq!(set.apply_to_unknown(&c), Ok(UnknownBase::Stays));
+    }
+    // A known-absent base still refuses them at once.
+    assert!(matches!(
+        apply(&update, None),
+        Err(MutationError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn over_an_unknown_base_writes_that_replace_it_apply_as_over_an_absent_one() {
+    let c = ctx(7);
+    let set = Mutation::set(name(), map(&[("a", I(1))])).with_transform(fp("n"), Increment(I(2)));
+    let create =
+        Mutation::set(name(), map(&[("a", I(1))])).with_precondition(Precondition::Exists(false));
+    let merge = Mutation::set_merge(name(), map(&[("a", I(1))]), SetMerge::MergeAll);
+    for m in [set, create, merge, Mutation::delete(name())] {
+        assert_eq!(
+            m.apply_to_unknown(&c),
+            Ok(UnknownBase::Becomes(m.apply(None, &c).expect("applies")))
+        );
+    }
+    // The mutation's own shape is still checked.
+    let bad = Mutation::update(name(), vec![]).with_transform(fp("n"), Increment(s("x")));
+    assert!(bad.apply_to_unknown(&c).is_err());
 }
