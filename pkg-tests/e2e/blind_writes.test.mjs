@@ -8,18 +8,7 @@ import { startBrowser, useEnvironment } from './harness.mjs';
 const env = useEnvironment();
 const page = env.page;
 const open = env.open;
-
-/** Reads `path` from the relay through a fresh page (another client of database `name`). */
-async function serverRead(name, path) {
-  const q = await page();
-  await open(q, name);
-  const data = await q.evaluate(async (path) => {
-    const s = await window.db.doc(path).get({ source: 'server' });
-    return s.exists ? s.data() : null;
-  }, path);
-  await q.close();
-  return data;
-}
+const serverRead = env.serverRead;
 
 /** Runs `body(a, b)` with `a` a page of the shared browser and `b` one of a separate profile,
  *  both with database `name` open. */

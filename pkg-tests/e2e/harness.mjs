@@ -94,13 +94,25 @@ export async function startBrowser() {
 /** The environment of one test file: a relay (started with `relayArgs`), a file server and a
  *  browser, started before its tests and stopped after them (node:test hooks). `env.page()`
  *  opens the test page, which loads the package; `env.open(page, name, extra)` opens database
- *  `name` there with this relay (and `extra` options), kept as `window.db`. */
+ *  `name` there with this relay (and `extra` options), kept as `window.db`;
+ *  `env.serverRead(name, path)` reads a document from the relay through a fresh page (another
+ *  client of database `name`): its data, or null if it does not exist. */
 export function useEnvironment(relayArgs = []) {
   const env = {
     page: () => env.browser.page(`${env.server.origin}/pkg-tests/e2e/page.html`),
     open: (p, name, extra = {}) => p.evaluate(async ({ name, url, extra }) => {
       window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
     }, { name, url: env.relay.url, extra }),
+    serverRead: async (name, path) => {
+      const q = await env.page();
+      await env.open(q, name);
+      const data = await q.evaluate(async (path) => {
+        const s = await window.db.doc(path).get({ source: 'server' });
+        return s.exists ? s.data() : null;
+      }, path);
+      await q.close();
+      return data;
+    },
   };
   before(async () => {
     env.relay = await startRelay(relayArgs);

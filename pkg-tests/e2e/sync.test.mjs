@@ -9,6 +9,7 @@ import { startBrowser, useEnvironment } from './harness.mjs';
 const env = useEnvironment();
 const page = env.page;
 const open = env.open;
+const serverRead = env.serverRead;
 
 /** Installs `window.within(promise, ms)`: the promise's outcome, or 'timed out' after `ms`. */
 async function installWithin(p) {
@@ -18,18 +19,6 @@ async function installWithin(p) {
       new Promise((r) => setTimeout(() => r({ timedOut: true }), ms)),
     ]);
   });
-}
-
-/** Reads `path` from the relay through a fresh page (a second client of database `name`). */
-async function serverRead(name, path) {
-  const q = await page();
-  await open(q, name);
-  const data = await q.evaluate(async (path) => {
-    const s = await window.db.doc(path).get({ source: 'server' });
-    return s.exists ? s.data() : null;
-  }, path);
-  await q.close();
-  return data;
 }
 
 test('the first server read right after open does not wait for a timer', { timeout: 60000 }, async () => {

@@ -189,6 +189,26 @@ impl Engine {
         self.raise_query(l, &before, changes, &pending_names);
     }
 
+    /// Queues a document listener's snapshot.
+    fn raise_document(
+        &self,
+        callback: &Callback,
+        name: &DocumentName,
+        doc: &Option<Document>,
+        from_cache: bool,
+        has_pending_writes: bool,
+    ) {
+        self.outbox.borrow_mut().push((
+            callback.clone(),
+            ListenEvent::Document {
+                name: name.clone(),
+                doc: doc.clone(),
+                from_cache,
+                has_pending_writes,
+            },
+        ));
+    }
+
     /// Queues a query listener's snapshot after its view changed from `before` by `changes`
     /// (`View` deltas, which count a new version of unchanged data as `modified`).
     ///
@@ -319,15 +339,7 @@ impl Engine {
                             *current = doc.clone();
                             l.last_meta = Some(meta);
                             if data_changed || (l.include_metadata && meta_changed) {
-                                self.outbox.borrow_mut().push((
-                                    l.callback.clone(),
-                                    ListenEvent::Document {
-                                        name: name.clone(),
-                                        doc: doc.clone(),
-                                        from_cache,
-                                        has_pending_writes: pending,
-                                    },
-                                ));
+                                self.raise_document(&l.callback, name, doc, from_cache, pending);
                             }
                         }
                     }
@@ -415,15 +427,7 @@ impl Engine {
                         if l.last_meta != Some(meta) {
                             l.last_meta = Some(meta);
                             if l.include_metadata {
-                                self.outbox.borrow_mut().push((
-                                    l.callback.clone(),
-                                    ListenEvent::Document {
-                                        name: name.clone(),
-                                        doc: doc.clone(),
-                                        from_cache,
-                                        has_pending_writes: pending,
-                                    },
-                                ));
+                                self.raise_document(&l.callback, name, doc, from_cache, pending);
                             }
                         }
                     }

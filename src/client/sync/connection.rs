@@ -155,12 +155,22 @@ impl Sync {
         if let Some((_, id)) = self.auth_timer.borrow_mut().take() {
             clear_timeout(id);
         }
+        self.forget_connection("the connection to the relay was lost");
+        // Requests waiting for this connection fail now rather than at their timers.
+        self.wake_open_waiters();
+        self.schedule_reconnect();
+    }
+
+    /// The socket is gone: replies waiting on it fail with `unavailable` (`why` says how),
+    /// writes in flight and targets' buffered changes are forgotten (queued writes are sent
+    /// again and targets listen again on the next Welcome), and listeners go `fromCache`.
+    pub(super) fn forget_connection(&self, why: &str) {
         let was_open = self.open.replace(false);
-        for (_, reply) in self.replies.borrow_mut().drain() {
-            reply(Err(ClientError::new(
-                ErrorCode::Unavailable,
-                "the connection to the relay was lost",
-            )));
+        // Collected first: a reply may call back into this state.
+        let replies: Vec<super::Reply> =
+            self.replies.borrow_mut().drain().map(|(_, r)| r).collect();
+        for reply in replies {
+            reply(Err(ClientError::new(ErrorCode::Unavailable, why)));
         }
         self.writes.borrow_mut().clear();
         for t in self.targets.borrow_mut().values_mut() {
@@ -173,9 +183,6 @@ impl Sync {
                 e.set_online(false);
             }
         }
-        // Requests waiting for this connection fail now rather than at their timers.
-        self.wake_open_waiters();
-        self.schedule_reconnect();
     }
 
     /// Closes the current socket, if any, after taking its event handlers off it: they are

@@ -321,24 +321,7 @@ impl Sync {
             self.detach_socket();
             // Replies will not come on a closed socket: what waited on them fails now (queued
             // writes stay queued and are sent again on the next Welcome).
-            let replies: Vec<Reply> = self.replies.borrow_mut().drain().map(|(_, r)| r).collect();
-            for reply in replies {
-                reply(Err(ClientError::new(
-                    ErrorCode::Unavailable,
-                    "the network was disabled before the relay answered",
-                )));
-            }
-            self.writes.borrow_mut().clear();
-            for t in self.targets.borrow_mut().values_mut() {
-                t.buffered.clear();
-                t.answered = false;
-                t.sent = false;
-            }
-            if self.open.replace(false) {
-                if let Some(e) = self.engine() {
-                    e.set_online(false);
-                }
-            }
+            self.forget_connection("the network was disabled before the relay answered");
             self.wake_open_waiters();
         }
     }
