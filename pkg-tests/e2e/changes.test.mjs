@@ -2,58 +2,15 @@
 // newIndex) onto the list the previous snapshots built, must give exactly `snapshot.docs`;
 // a limited listener reports the document a new one evicts; a local write is `added` once,
 // its acknowledgement is metadata (raised only with includeMetadataChanges, as a `modified`).
+// The replay check is the harness's `installTracker`.
 // Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startBrowser, useEnvironment } from './harness.mjs';
+import { installTracker, startBrowser, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
 const open = env.open;
-
-/** Installs `window.track(query, options)` in page `p`: a listener that keeps its list only
- *  from docChanges(), as an app would, and checks it against `snapshot.docs` after every
- *  snapshot. The tracker has `snaps` ({ changes: ['added id', ...], ids, pending, cache }),
- *  `errors` (every replay that went wrong, with the snapshot's number) and `stop()`. */
-export async function installTracker(p) {
-  await p.evaluate(() => {
-    window.track = (query, options) => {
-      const t = { list: [], snaps: [], errors: [] };
-      const onSnap = (s) => {
-        const n = t.snaps.length;
-        const fail = (m) => t.errors.push(`snapshot ${n}: ${m}`);
-        const changes = s.docChanges();
-        for (const c of changes) {
-          const id = c.doc.id;
-          const data = JSON.stringify(c.doc.data());
-          if (c.type === 'added') {
-            if (c.oldIndex !== -1) fail(`added ${id} with oldIndex ${c.oldIndex}`);
-          } else if (t.list[c.oldIndex]?.id !== id) {
-            fail(`${c.type} ${id}: oldIndex ${c.oldIndex} holds ${t.list[c.oldIndex]?.id}`);
-          } else {
-            t.list.splice(c.oldIndex, 1);
-          }
-          if (c.type === 'removed') {
-            if (c.newIndex !== -1) fail(`removed ${id} with newIndex ${c.newIndex}`);
-          } else if (c.newIndex < 0 || c.newIndex > t.list.length) {
-            fail(`${c.type} ${id}: newIndex ${c.newIndex} outside 0..${t.list.length}`);
-          } else {
-            t.list.splice(c.newIndex, 0, { id, data });
-          }
-        }
-        const docs = s.docs.map((d) => ({ id: d.id, data: JSON.stringify(d.data()) }));
-        if (JSON.stringify(docs) !== JSON.stringify(t.list)) {
-          fail(`replayed ${JSON.stringify(t.list.map((d) => d.id))}, docs ${JSON.stringify(docs.map((d) => d.id))}`);
-          t.list = docs;
-        }
-        t.snaps.push({ changes: changes.map((c) => `${c.type} ${c.doc.id}`),
-          ids: docs.map((d) => d.id), pending: s.metadata.hasPendingWrites, cache: s.metadata.fromCache });
-      };
-      t.stop = options ? query.onSnapshot(options, onSnap) : query.onSnapshot(onSnap);
-      return t;
-    };
-  });
-}
 
 const settle = (p, ms) => p.evaluate((ms) => new Promise((r) => setTimeout(r, ms)), ms);
 
