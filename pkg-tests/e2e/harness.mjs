@@ -142,10 +142,18 @@ export async function installTracker(p) {
   });
 }
 
-/** Asserts that page `p` tracked a listener and that no tracker there found an error: a
- *  wrong replay, inconsistent metadata, a snapshot without a change or a listen error. */
+/** Asserts that page `p` tracked a listener and that no tracker there found an error (a
+ *  wrong replay, inconsistent metadata, a listen error) or a deviation from Firestore's
+ *  raising rules (a snapshot without a change, a `modified` without a data change). */
 export async function assertTrackersClean(p) {
-  const trackers = await p.evaluate(() => window.trackers.map((t) => ({ what: t.what, errors: t.errors, snaps: t.snaps })));
+  const trackers = await p.evaluate(() => window.trackers.map((t) => ({ what: t.what, errors: t.errors, deviations: t.deviations, snaps: t.snaps })));
+  assertTrackers(trackers);
+}
+
+/** The assertion of `assertTrackersClean` over trackers already read (from a worker, say). */
+export function assertTrackers(trackers) {
   assert.ok(trackers.length > 0, 'no listener was tracked');
-  for (const t of trackers) assert.deepEqual(t.errors, [], `${t.what}: ${JSON.stringify(t.snaps)}`);
+  for (const t of trackers) {
+    assert.deepEqual({ errors: t.errors, deviations: t.deviations }, { errors: [], deviations: [] }, `${t.what}: ${JSON.stringify(t.snaps)}`);
+  }
 }

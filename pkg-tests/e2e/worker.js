@@ -21,7 +21,7 @@ self.onmessage = async (e) => {
       await db.doc(e.data.path).set(e.data.data);
       self.postMessage({ op: 'set', path: e.data.path });
     } else if (op === 'trackers') {
-      const trackers = self.trackers.map((t) => ({ what: t.what, errors: t.errors, snaps: t.snaps }));
+      const trackers = self.trackers.map((t) => ({ what: t.what, errors: t.errors, deviations: t.deviations, snaps: t.snaps }));
       self.postMessage({ op: 'trackers', trackers });
     } else if (op === 'count') {
       const snap = await db.collection('w').get({ source: 'cache' });
