@@ -157,3 +157,15 @@ export function assertTrackers(trackers) {
     assert.deepEqual({ errors: t.errors, deviations: t.deviations }, { errors: [], deviations: [] }, `${t.what}: ${JSON.stringify(t.snaps)}`);
   }
 }
+
+/** Installs `window.code(f, ms = 10000)` in page `p`: how calling `f` (sync or async) ends:
+ *  'ok', the error's `code` ('no code: …' for an error without one), or 'timed out' after
+ *  `ms`. For asserting refusals by their code. */
+export async function installCode(p) {
+  await p.evaluate(() => {
+    window.code = (f, ms = 10000) => Promise.race([
+      (async () => f())().then(() => 'ok', (e) => e?.code ?? `no code: ${e?.message ?? e}`),
+      new Promise((r) => setTimeout(() => r('timed out'), ms)),
+    ]);
+  });
+}
