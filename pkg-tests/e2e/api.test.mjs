@@ -104,6 +104,8 @@
 // isEqual), Bytes (fromUint8Array, fromBase64String, toUint8Array, toBase64, toString,
 // isEqual), FieldPath (constructor, documentId, toString, isEqual)
 //   S api 'Timestamp, GeoPoint'. R same (invalid-argument)
+// Query/CollectionReference/DocumentSnapshot/QuerySnapshot.isEqual (Firestore's; absent here)
+//   S queries 'queries, collection references and snapshots compare' (todo)
 // init (the default export)
 //   S page.html and worker.js, so every test. (initSync is wasm-bindgen's glue.)
 

@@ -313,3 +313,30 @@ test('disableNetwork() turns listeners to the cache and queues writes; enableNet
   await assertTrackersClean(p);
   await p.close();
 });
+
+test('queries, collection references and snapshots compare with isEqual', { timeout: 60000, todo: 'Query, CollectionReference, DocumentSnapshot and QuerySnapshot have no isEqual' }, async () => {
+  const p = await page();
+  await open(p, 'api-isequal');
+  const r = await p.evaluate(async () => {
+    const db = window.db;
+    await db.doc('e/1').set({ n: 1 });
+    const q = () => db.collection('e').where('n', '==', 1).orderBy('n');
+    const results = {};
+    const run = async (name, f) => { try { results[name] = await f(); } catch (e) { results[name] = `${e.name}: ${e.message}`; } };
+    // Firestore's namespaced API: Query, CollectionReference, DocumentSnapshot and
+    // QuerySnapshot each have isEqual(other).
+    await run('query', () => [q().isEqual(q()), q().isEqual(q().limit(1))]);
+    await run('collection', () => [db.collection('e').isEqual(db.collection('e')), db.collection('e').isEqual(db.collection('f'))]);
+    await run('doc', async () => {
+      const a = await db.doc('e/1').get({ source: 'cache' });
+      return [a.isEqual(await db.doc('e/1').get({ source: 'cache' })), a.isEqual(await db.doc('e/2').get({ source: 'cache' }))];
+    });
+    await run('snapshot', async () => {
+      const a = await q().get({ source: 'cache' });
+      return [a.isEqual(await q().get({ source: 'cache' })), a.isEqual(await db.collection('e').where('n', '==', 2).get({ source: 'cache' }))];
+    });
+    return results;
+  });
+  assert.deepEqual(r, { query: [true, false], collection: [true, false], doc: [true, false], snapshot: [true, false] });
+  await p.close();
+});
