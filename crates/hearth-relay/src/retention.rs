@@ -50,3 +50,137 @@ pub fn prune(store: &Store, retention: Duration) -> Result<(), StoreError> {
     txn.commit()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::{batch_key, BatchRecord};
+    use crate::store::{encode_change_names, META};
+    use hearth_core::path::DocumentName;
+    use redb::ReadableDatabase;
+
+    /// A store in a fresh temporary directory, removed on drop.
+    struct Temp(std::path::PathBuf, Store);
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Database `db` at version 4 with changelog records of versions 1, 2, 3, 4 committed
+    /// at the given times, and one batch record per version.
+    fn store(tag: &str, times: [i64; 4]) -> Temp {
+        let dir =
+            std::env::temp_dir().join(format!("hearth-retention-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir).unwrap();
+        let txn = store.db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("version/db", 4u64.to_be_bytes().as_slice())
+                .unwrap();
+            let mut changelog = txn.open_table(CHANGELOG).unwrap();
+            let mut batches = txn.open_table(BATCHES).unwrap();
+            for (i, micros) in times.into_iter().enumerate() {
+                let version = i as u64 + 1;
+                let name = DocumentName::parse(&format!("c/d{version}")).unwrap();
+                let key = [db_prefix("db"), version.to_be_bytes().to_vec()].concat();
+                let record = encode_change_names(micros, &[name]);
+                changelog.insert(key.as_slice(), record.as_slice()).unwrap();
+                let batch = BatchRecord {
+                    version,
+                    micros,
+                    digest: None,
+                };
+                let key = batch_key("db", "client", 100 + version);
+                batches
+                    .insert(key.as_slice(), batch.encode().as_slice())
+                    .unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        Temp(dir, store)
+    }
+
+    /// The versions of the changelog and of the batch records left.
+    fn left(store: &Store) -> (Vec<u64>, Vec<u64>) {
+        let txn = store.db.begin_read().unwrap();
+        let changelog = txn.open_table(CHANGELOG).unwrap();
+        let batches = txn.open_table(BATCHES).unwrap();
+        let rows = |t: &redb::ReadOnlyTable<&[u8], &[u8]>| -> Vec<(Vec<u8>, Vec<u8>)> {
+            t.iter()
+                .unwrap()
+                .map(|r| r.unwrap())
+                .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+                .collect()
+        };
+        (
+            rows(&changelog)
+                .into_iter()
+                .map(|(k, _)| read_u64(&k[k.len() - 8..]))
+                .collect(),
+            rows(&batches)
+                .into_iter()
+                .map(|(_, v)| BatchRecord::version_of(&v))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn pruning_stops_at_the_first_young_record() {
+        let now = now_micros();
+        let hour = 3_600_000_000;
+        // Version 3 committed after a clock step back: older than version 2.
+        let t = store(
+            "step",
+            [now - 3 * hour, now - hour / 2, now - 2 * hour, now],
+        );
+        prune(&t.1, Duration::from_secs(3600)).unwrap();
+        assert_eq!(left(&t.1), (vec![2, 3, 4], vec![2, 3, 4]));
+        let snap = t.1.snapshot().unwrap();
+        let view = snap.database("db");
+        assert_eq!(
+            view.changes_between(0, 4).unwrap(),
+            None,
+            "version 1 is gone"
+        );
+        let names = view.changes_between(1, 4).unwrap().unwrap();
+        assert_eq!(names.len(), 3);
+        assert_eq!(view.changes_between(4, 4).unwrap(), Some(vec![]));
+        drop(snap);
+        // Everything is old: all of it goes.
+        prune(&t.1, Duration::ZERO).unwrap();
+        assert_eq!(left(&t.1), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_hole_in_the_changelog_refuses_a_delta_across_it() {
+        let now = now_micros();
+        let t = store("hole", [now; 4]);
+        let txn = t.1.db.begin_write().unwrap();
+        {
+            let mut changelog = txn.open_table(CHANGELOG).unwrap();
+            let key = [db_prefix("db"), 3u64.to_be_bytes().to_vec()].concat();
+            changelog.remove(key.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+        let snap = t.1.snapshot().unwrap();
+        let view = snap.database("db");
+        assert_eq!(
+            view.changes_between(0, 2).unwrap().map(|n| n.len()),
+            Some(2)
+        );
+        assert_eq!(view.changes_between(1, 4).unwrap(), None);
+        assert_eq!(view.changes_between(2, 4).unwrap(), None);
+        assert_eq!(
+            view.changes_between(3, 4).unwrap().map(|n| n.len()),
+            Some(1)
+        );
+        assert_eq!(
+            view.changes_between(0, 5).unwrap(),
+            None,
+            "past the last commit"
+        );
+    }
+}
