@@ -1,15 +1,17 @@
 //! The changelog across restarts and clock steps: a resume gets a delta only when the
 //! changelog holds every commit since the client's version, and a Reset otherwise, however
-//! the relay's clock moved between runs.
+//! the relay's clock moved between runs; commit times never go back across a restart; and
+//! a store written before batch digests and stored commit times still loads.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hearth_client::ListenSnapshot;
 use hearth_core::document::Document;
-use hearth_core::mutation::Mutation;
+use hearth_core::mutation::{FieldTransform, Mutation, SetMerge};
 use hearth_core::query::model::{Operator as Op, Query};
-use hearth_relay::store::{db_prefix, CHANGELOG};
+use hearth_core::value::{Timestamp, Value};
+use hearth_relay::store::{db_prefix, BATCHES, CHANGELOG, META};
 use redb::ReadableTable;
 
 use crate::harness::*;
@@ -145,4 +147,77 @@ async fn resume_after_restarts_and_a_clock_step_is_complete() {
     let (snap, now) = resume(&relay, &second).await;
     assert!(!snap.reset, "every commit after {} is held", second.version);
     assert_eq!(snap.documents, now);
+}
+
+/// A write stamped with the commit time.
+fn stamped(path: &str) -> Mutation {
+    Mutation::set_merge(name(path), map([]), SetMerge::MergeAll)
+        .with_transform(fp("t"), FieldTransform::ServerTimestamp)
+}
+
+async fn stamp_of(c: &hearth_client::Client, path: &str) -> Timestamp {
+    let doc = within(c.get_one(&name(path))).await.unwrap().unwrap();
+    match doc.field(&fp("t")).map(|v| v.into_owned()) {
+        Some(Value::Timestamp(t)) => t,
+        other => panic!("no commit time in `{path}`: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn old_records_load_and_commit_times_go_on_from_the_stored_one() {
+    let dir = TempDir::new("old-records");
+    let relay = Relay::start(dir.path(), &[]);
+    let id = unique("old");
+    let c = relay.client_as(DB, &id).await;
+    let batch = c.next_batch_id();
+    let v1 = within(c.write_with_id(batch, vec![stamped("t/a")], vec![]))
+        .await
+        .unwrap();
+    within(c.close()).await;
+    stop(relay).await;
+
+    // The records as a relay before batch digests and stored commit times wrote them: a
+    // batch record of version and time, a version record of the version alone. And the last
+    // commit an hour ahead of the clock (the clock has been put back since).
+    let ahead = now_micros() + 3_600_000_000;
+    edit_changelog(dir.path(), |_, record| {
+        record[..8].copy_from_slice(&ahead.to_be_bytes());
+        true
+    });
+    let db = redb::Database::create(dir.path().join("hearth.redb")).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut batches = txn.open_table(BATCHES).unwrap();
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = batches
+            .iter()
+            .unwrap()
+            .map(|r| r.unwrap())
+            .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+            .collect();
+        assert_eq!(rows.len(), 1);
+        for (k, v) in rows {
+            batches.insert(k.as_slice(), &v[..16]).unwrap();
+        }
+        let mut meta = txn.open_table(META).unwrap();
+        let key = format!("version/{DB}");
+        let v = meta.get(key.as_str()).unwrap().unwrap().value().to_vec();
+        meta.insert(key.as_str(), &v[..8]).unwrap();
+    }
+    txn.commit().unwrap();
+    drop(db);
+
+    let relay = Relay::start(dir.path(), &[]);
+    let c = relay.client_as(DB, &id).await;
+    // Without a digest the relay cannot tell a retry from another batch: a retry, as before.
+    let again = within(c.write_with_id(batch, vec![stamped("t/other")], vec![])).await;
+    assert_eq!(again.unwrap(), v1);
+    assert_eq!(within(c.get_one(&name("t/other"))).await.unwrap(), None);
+    let v2 = within(c.write(vec![stamped("t/b")])).await.unwrap();
+    assert_eq!(v2, v1 + 1, "versions go on from the stored one");
+    let (a, b) = (stamp_of(&c, "t/a").await, stamp_of(&c, "t/b").await);
+    let stored = Timestamp::from_micros(ahead).unwrap();
+    assert!(
+        b > stored && b > a,
+        "commit times never go back across a restart: {b:?} after {stored:?}"
+    );
 }
