@@ -94,7 +94,7 @@ test('a local write is added once; its acknowledgement is metadata, raised only 
   await p.close();
 });
 
-test('a document moving inside a limited window from another client is the only change reported', { timeout: 90000, todo: 'the documents it passes are reported as modified too' }, async () => {
+test('a document moving inside a limited window from another client is the only change reported', { timeout: 90000 }, async () => {
   const other = await startBrowser();
   try {
     const reader = await page();
@@ -122,7 +122,7 @@ test('a document moving inside a limited window from another client is the only 
   }
 });
 
-test('a local write moving a document in an ordered query is the only change reported', { timeout: 60000, todo: 'the documents it passes are reported as modified too' }, async () => {
+test('a local write moving a document in an ordered query is the only change reported', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'changes-move-local');
   await installTracker(p);
