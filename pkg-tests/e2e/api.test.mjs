@@ -32,7 +32,7 @@
 // DocumentReference.get, Query.get, CollectionReference.get {source: default, 'cache', 'server'}
 //   S api 'get() with sources'. R same (server offline or without a relay: unavailable); api
 //   'get({ source: 'cache' }) of a document the cache has never seen' (todo: unavailable);
-//   api 'a read called right after a write' (todo)
+//   api 'a read called right after a write'
 // DocumentReference.set {merge, mergeFields}
 //   S api 'set()'. R api 'set()' (invalid-argument); semantics 'string field paths'
 // DocumentReference.update (object, field/value pairs, FieldPath)
@@ -289,7 +289,7 @@ test('get({ source: \'cache\' }) of a document the cache has never seen fails wi
   await p.close();
 });
 
-test('a read called right after a write that was not awaited sees the write', { timeout: 60000, todo: 'the read misses the write' }, async () => {
+test('a read called right after a write that was not awaited sees the write', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-read-your-write');
   const r = await p.evaluate(async () => {
@@ -588,7 +588,7 @@ test('a pending serverTimestamp() reads as null, or with { serverTimestamps } as
   await p.close();
 });
 
-test('a pending serverTimestamp() replacing a value reads as an estimate with { serverTimestamps: \'estimate\' }', { timeout: 60000, todo: 'it reads as the previous value' }, async () => {
+test('a pending serverTimestamp() replacing a value reads as an estimate with { serverTimestamps: \'estimate\' }', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-servertime-estimate');
   const replaced = await pendingServerTimestamp(p, 'f/old', true);

@@ -292,7 +292,9 @@ impl Query {
         let db = self.db.clone();
         let q = self.query.clone();
         let source = super::source_option(&options);
+        let upto = self.db.engine.issued();
         future_to_promise(async move {
+            db.engine.until_landed(upto).await;
             let q = hearth_core::query::validate::validate(&q).map_err(ClientError::from)?;
             if let Some(sync) = db.read_source(source.as_deref())? {
                 let reply = sync
@@ -344,7 +346,9 @@ impl Query {
     fn do_aggregate(&self, spec: JsValue) -> Promise {
         let db = self.db.clone();
         let q = self.query.clone();
+        let upto = self.db.engine.issued();
         future_to_promise(async move {
+            db.engine.until_landed(upto).await;
             let mut names = Vec::new();
             let mut aggs = Vec::new();
             if spec.is_undefined() {
@@ -419,7 +423,9 @@ impl Query {
                 ListenEvent::Document { .. } => {}
             }
         });
+        let upto = self.db.engine.issued();
         wasm_bindgen_futures::spawn_local(async move {
+            db.engine.until_landed(upto).await;
             match db.engine.listen_query(q, include, callback.clone()).await {
                 Ok(listener) => handle.registered(&db, listener),
                 Err(e) => callback(ListenEvent::Error(e)),

@@ -252,7 +252,9 @@ impl DocumentReference {
         let db = self.db.clone();
         let name = self.name.clone();
         let source = super::source_option(&options);
+        let upto = self.db.engine.issued();
         future_to_promise(async move {
+            db.engine.until_landed(upto).await;
             if let Some(sync) = db.read_source(source.as_deref())? {
                 match sync.request_get(vec![name.clone()]).await? {
                     ServerMessage::GetResult { documents, .. } => {
@@ -331,7 +333,9 @@ impl DocumentReference {
                 ListenEvent::Query { .. } => {}
             }
         });
+        let upto = self.db.engine.issued();
         wasm_bindgen_futures::spawn_local(async move {
+            db.engine.until_landed(upto).await;
             match db
                 .engine
                 .listen_document(name, include, callback.clone())

@@ -263,6 +263,7 @@ impl Sync {
                     .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
             );
         }
+        engine.mark_current(&current);
         engine.server_documents(upserts).await?;
         if !limbo.is_empty() {
             // Documents that left a result: deleted, or changed so they no longer match.
