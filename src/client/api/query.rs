@@ -630,15 +630,16 @@ impl CollectionReference {
     }
 
     /// The document holding this sub-collection, or `null` for a top-level collection.
-    #[wasm_bindgen(getter)]
-    pub fn parent(&self) -> Option<DocumentReference> {
+    #[wasm_bindgen(getter, unchecked_return_type = "DocumentReference | null")]
+    pub fn parent(&self) -> JsValue {
         let segs = self.path.segments();
         if segs.len() < 3 {
-            return None;
+            return JsValue::NULL;
         }
-        let name =
-            hearth_core::path::DocumentName::from_segments(segs[..segs.len() - 1].to_vec()).ok()?;
-        Some(DocumentReference::new(&self.db, name))
+        hearth_core::path::DocumentName::from_segments(segs[..segs.len() - 1].to_vec())
+            .map_or(JsValue::NULL, |name| {
+                DocumentReference::new(&self.db, name).into()
+            })
     }
 
     /// A reference to document `id`, or to a new document with a scattered auto id.

@@ -99,9 +99,12 @@ impl Engine {
         }
     }
 
-    /// Settles `settle` with the answer to batch `last`, or to the latest queued batch
-    /// before it should `last` have left the queue already; at once when none is queued.
+    /// Settles `settle` once batch `last` is answered, or the latest queued batch before it
+    /// should `last` have left the queue already; at once when none is queued. A refused
+    /// batch settles it too: as in Firestore, the wait is for the writes to be settled, and
+    /// each write's own promise carries its refusal.
     fn wait_for_batch(&self, last: Option<u64>, settle: Settle) {
+        let settle: Settle = Box::new(move |r| settle(Ok(r.unwrap_or(0))));
         let target = last.and_then(|last| {
             self.queue
                 .borrow()
