@@ -22,7 +22,14 @@ export function installAgent(win, hearth) {
   };
   win.agent = agent;
 
-  const fail = (where, message) => agent.errors.push(`client ${agent.client} ${where}: ${message}`);
+  /** Failures per listener: after a few, one listener's repeats would drown the rest. */
+  const counts = {};
+  const fail = (where, message, key = where) => {
+    counts[key] = (counts[key] ?? 0) + 1;
+    if (counts[key] <= 3) agent.errors.push(`client ${agent.client} ${where}: ${message}`);
+    else if (counts[key] === 4) agent.errors.push(`client ${agent.client} ${key}: further failures of this listener not shown`);
+  };
+  const failOf = (t, where, message) => fail(where, message, t.name);
 
   /** A write's JSON data, with sentinels ({ $inc }, { $del }, { $union }, { $remove }) made
    *  FieldValues. */
@@ -62,16 +69,16 @@ export function installAgent(win, hearth) {
       const id = c.doc.id;
       log.push(`${c.type} ${id} ${c.oldIndex}->${c.newIndex}`);
       if (c.type === 'added') {
-        if (c.oldIndex !== -1) fail(where, `added ${id} with oldIndex ${c.oldIndex}`);
+        if (c.oldIndex !== -1) failOf(t, where, `added ${id} with oldIndex ${c.oldIndex}`);
       } else if (t.list[c.oldIndex]?.id !== id) {
-        fail(where, `${c.type} ${id}: oldIndex ${c.oldIndex} holds ${t.list[c.oldIndex]?.id} in ${JSON.stringify(t.list.map((d) => d.id))}`);
+        failOf(t, where, `${c.type} ${id}: oldIndex ${c.oldIndex} holds ${t.list[c.oldIndex]?.id} in ${JSON.stringify(t.list.map((d) => d.id))}`);
       } else {
         t.list.splice(c.oldIndex, 1);
       }
       if (c.type === 'removed') {
-        if (c.newIndex !== -1) fail(where, `removed ${id} with newIndex ${c.newIndex}`);
+        if (c.newIndex !== -1) failOf(t, where, `removed ${id} with newIndex ${c.newIndex}`);
       } else if (c.newIndex < 0 || c.newIndex > t.list.length) {
-        fail(where, `${c.type} ${id}: newIndex ${c.newIndex} outside 0..${t.list.length}`);
+        failOf(t, where, `${c.type} ${id}: newIndex ${c.newIndex} outside 0..${t.list.length}`);
       } else {
         t.list.splice(c.newIndex, 0, { id, data: canonical(c.doc.data()) });
       }
@@ -79,30 +86,30 @@ export function installAgent(win, hearth) {
     const docs = s.docs.map(plain);
     const shown = text(docs);
     if (JSON.stringify(shown) !== JSON.stringify(t.list)) {
-      fail(where, `docChanges [${log.join(', ')}] replay to ${JSON.stringify(t.list)}, docs are ${JSON.stringify(shown)}`);
+      failOf(t, where, `docChanges [${log.join(', ')}] replay to ${JSON.stringify(t.list)}, docs are ${JSON.stringify(shown)}`);
     }
     t.list = shown;
     const spec = t.spec;
     const cap = spec.limit ?? spec.limitToLast;
-    if (cap !== undefined && docs.length > cap) fail(where, `${docs.length} documents over the limit ${cap}`);
+    if (cap !== undefined && docs.length > cap) failOf(t, where, `${docs.length} documents over the limit ${cap}`);
     docs.forEach((d, i) => {
-      if (!matches(spec, d)) fail(where, `${d.id} ${canonical(d.data)} does not match the query`);
+      if (!matches(spec, d)) failOf(t, where, `${d.id} ${canonical(d.data)} does not match the query`);
       if (i > 0 && compareDocs(spec, docs[i - 1], d) >= 0) {
-        fail(where, `${docs[i - 1].id} ${canonical(docs[i - 1].data)} is before ${d.id} ${canonical(d.data)} out of query order`);
+        failOf(t, where, `${docs[i - 1].id} ${canonical(docs[i - 1].data)} is before ${d.id} ${canonical(d.data)} out of query order`);
       }
     });
-    checkGroups(where, spec, shown);
+    checkGroups(t, where, spec, shown);
     if (MONOTONIC.has(spec.coll)) for (const d of docs) checkGrowth(t, where, d.id, d.data);
     t.last = { docs: shown, fromCache: s.metadata.fromCache, pending: s.metadata.hasPendingWrites };
   };
 
-  const checkGroups = (where, spec, shown) => {
+  const checkGroups = (t, where, spec, shown) => {
     const seen = {};
     for (const d of shown) {
       const g = GROUP_OF[d.id];
       if (!g) continue;
       if (seen[g] !== undefined && seen[g].data !== d.data) {
-        fail(where, `group ${g} mixes versions: ${seen[g].id} ${seen[g].data}, ${d.id} ${d.data}`);
+        failOf(t, where, `group ${g} mixes versions: ${seen[g].id} ${seen[g].data}, ${d.id} ${d.data}`);
       }
       seen[g] ??= d;
     }
@@ -110,7 +117,7 @@ export function installAgent(win, hearth) {
     for (const g of Object.keys(seen)) {
       const present = GROUPS[g].filter((id) => shown.some((d) => d.id === id));
       if (present.length !== GROUPS[g].length) {
-        fail(where, `group ${g} shown in part: ${present.join(',')} of ${GROUPS[g].join(',')}`);
+        failOf(t, where, `group ${g} shown in part: ${present.join(',')} of ${GROUPS[g].join(',')}`);
       }
     }
   };
@@ -121,9 +128,9 @@ export function installAgent(win, hearth) {
   const checkGrowth = (t, where, id, data) => {
     const prev = t.growth[id];
     if (prev) {
-      if (typeof data.n === 'number' && data.n < prev.n) fail(where, `${id}.n went back from ${prev.n} to ${data.n}`);
+      if (typeof data.n === 'number' && data.n < prev.n) failOf(t, where, `${id}.n went back from ${prev.n} to ${data.n}`);
       const lost = prev.done.filter((k) => !(k in (data.done ?? {})));
-      if (lost.length) fail(where, `${id}.done lost ${lost.join(',')}`);
+      if (lost.length) failOf(t, where, `${id}.done lost ${lost.join(',')}`);
     }
     t.growth[id] = { n: data.n, done: Object.keys(data.done ?? {}) };
   };
@@ -239,10 +246,22 @@ export function installAgent(win, hearth) {
     }
   };
 
-  /** Waits for waitForPendingWrites() and then for every write and transaction in flight. */
+  /** Waits for waitForPendingWrites() and then for every write and transaction in flight.
+   *  Returns the codes waitForPendingWrites() rejected with: Firestore's resolves once the
+   *  earlier writes are acknowledged or refused, Hearth's rejects with a refusal's code (the
+   *  runner reports it as a note), so it is called again until it resolves. */
   agent.quiesce = async () => {
-    await agent.db.waitForPendingWrites();
+    const rejected = [];
+    for (;;) {
+      try {
+        await agent.db.waitForPendingWrites();
+        break;
+      } catch (e) {
+        rejected.push(e?.code ?? String(e));
+      }
+    }
     await Promise.allSettled([...agent.inflight.values()]);
+    return rejected;
   };
 
   /** Adds whole-collection listeners with metadata (a client that lacked them kept no

@@ -3,6 +3,9 @@
 // seed failed.
 //   node pkg-tests/model/cli.mjs [--seeds 1-50 | --seed N] [--ops 300] [--clients 3]
 //                                [--skip kind,kind] [--stop-on-failure]
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { runSeed, report } from './runner.mjs';
 import { WEIGHTS } from './ops.mjs';
 
@@ -40,7 +43,12 @@ for (let seed = o.seeds[0]; seed <= o.seeds[1]; seed++) {
   results.push(r);
   const phases = Object.entries(r.phases).map(([k, v]) => `${k} ${(v / 1000).toFixed(1)}`).join(', ');
   console.log(`seed ${seed}: ${r.ok ? 'ok' : `FAILED (${r.failures.length} failures)`} in ${(r.ms / 1000).toFixed(1)} s (${phases})`);
-  if (!r.ok) console.log(report(r));
+  if (!r.ok) {
+    // The whole run (every failure, the full op log) for diagnosis; the report is its head.
+    const file = join(tmpdir(), `hearth-model-seed-${seed}.json`);
+    writeFileSync(file, JSON.stringify(r, null, 1));
+    console.log(`${report(r)}\nfull record: ${file}`);
+  }
   if (!r.ok && o.stop) break;
 }
 const failed = results.filter((r) => !r.ok);

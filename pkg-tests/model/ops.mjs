@@ -5,7 +5,8 @@
 import { prng } from './prng.mjs';
 import { COUNTERS, DOC_LISTENERS, GROUPS, ITEM_QUERIES, KEYS, STRINGS, TAGS, TXN_DOCS } from './schema.mjs';
 
-/** Operation kinds and their weights; `--skip` takes these names. */
+/** Operation kinds and their weights; `--skip` takes these names, and listener names (the
+ *  keys of ITEM_QUERIES, `counters`, `txn`, and the paths of DOC_LISTENERS). */
 export const WEIGHTS = {
   set: 10, merge: 8, update: 8, delete: 3, incr: 8, batch: 7, tx: 5,
   pause: 4, net: 2, offline: 1.5, reload: 1.2, kill: 0.7,
@@ -14,9 +15,10 @@ export const WEIGHTS = {
 /** The listeners of client `c`: most query kinds on every client, some with metadata. The
  *  last client keeps no whole-collection listener on items and none on counters, so its
  *  updates there are writes to documents it never read. */
-function listenersFor(r, c, clients) {
+function listenersFor(r, c, clients, skip) {
   const blind = c === clients - 1;
   const out = {};
+  const keep = () => Object.fromEntries(Object.entries(out).filter(([name]) => !skip.includes(name)));
   for (const q of Object.keys(ITEM_QUERIES)) {
     if (q === 'all' ? blind : !r.chance(0.8)) continue;
     out[q] = { query: q, meta: r.chance(0.35) };
@@ -27,7 +29,7 @@ function listenersFor(r, c, clients) {
     if (blind && path.startsWith('counters/')) continue;
     if (r.chance(0.6)) out[path] = { path, meta: r.chance(0.35) };
   }
-  return out;
+  return keep();
 }
 
 const rankValue = (r) => {
@@ -105,11 +107,13 @@ const batchWrites = (r, tag) => {
 export function schedule({ seed, ops, clients, skip = [] }) {
   const r = prng(seed);
   const weights = { ...WEIGHTS };
+  const listenerNames = [...Object.keys(ITEM_QUERIES), 'counters', 'txn', ...DOC_LISTENERS];
   for (const k of skip) {
-    if (!(k in weights)) throw new Error(`unknown operation kind ${k}: one of ${Object.keys(WEIGHTS).join(', ')}`);
-    weights[k] = 0;
+    if (k in weights) weights[k] = 0;
+    else if (!listenerNames.includes(k)) throw new Error(`unknown --skip ${k}: one of ${[...Object.keys(WEIGHTS), ...listenerNames].join(', ')}`);
   }
-  const listeners = Array.from({ length: clients }, (_, c) => listenersFor(r, c, clients));
+  // Listeners are drawn whatever is skipped, so skipping one leaves the schedule unchanged.
+  const listeners = Array.from({ length: clients }, (_, c) => listenersFor(r, c, clients, skip));
   const disabled = new Set();
   const offline = new Set();
   let relayUp = true;

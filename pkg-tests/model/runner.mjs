@@ -81,6 +81,7 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
   const log = [];
   const outcomes = {};
   const consoleErrors = [];
+  const notes = [];
   const browsers = [];
   const pages = [];
   const disabled = new Set();
@@ -92,8 +93,10 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
   const phases = {};
   const mark = (name, since) => { phases[name] = Date.now() - since; };
 
+  // The failures a drain brings were found while or after the op `at` ran.
+  let at = 'setup';
   const collect = (c, d) => {
-    for (const e of d.errors) failures.push(e);
+    for (const e of d.errors) failures.push(`[${at}] ${e}`);
     Object.assign(outcomes, d.settled);
     return d;
   };
@@ -107,7 +110,9 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
       { name: 'model', relay: relay.url, client: c, listeners: plan.listeners[c] }, 30000);
   };
   const watchConsole = (c, page) => {
-    page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`client ${c} console: ${m.text()}`); });
+    // Connection errors while the relay is down are expected; 404s are the favicon.
+    const expected = /WebSocket connection to|Failed to load resource/;
+    page.on('console', (m) => { if (m.type() === 'error' && !expected.test(m.text())) consoleErrors.push(`client ${c} console: ${m.text()}`); });
     page.on('pageerror', (e) => consoleErrors.push(`client ${c} page error: ${e.message}`));
   };
 
@@ -126,6 +131,7 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
   };
 
   const step = async (op) => {
+    at = `#${op.i}`;
     log.push(describe(op));
     switch (op.kind) {
       case 'pause': await sleep(op.ms); break;
@@ -169,11 +175,11 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
     for (const op of plan.ops) {
       await step(op);
       if (op.i % 10 === 9) for (let c = 0; c < clients; c++) await drain(c);
-      if (failures.length) break;
     }
     mark('ops', t);
 
-    if (!failures.length) {
+    {
+      at = 'end';
       t = Date.now();
       if (!relay.running) { log.push('end: restart'); await relay.start(); }
       for (const c of offline) await browsers[c].context.setOffline(false);
@@ -181,7 +187,8 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
       log.push('end: every client online; quiescence');
       await Promise.all(pages.map(async (_, c) => {
         try {
-          await onPage(c, 'waitForPendingWrites and every write in flight', () => window.agent.quiesce(), undefined, 90000);
+          const rejected = await onPage(c, 'waitForPendingWrites and every write in flight', () => window.agent.quiesce(), undefined, 90000);
+          if (rejected.length) notes.push(`client ${c}: waitForPendingWrites() rejected with ${rejected.join(', ')} (Firestore's resolves when earlier writes are refused)`);
         } catch (e) {
           const d = await drain(c);
           failures.push(`${e.message}; still in flight: ${d.inflight.join(',')}`);
@@ -226,7 +233,7 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
   const panics = consoleErrors.filter((m) => /panicked|unreachable|RuntimeError/.test(m));
   failures.push(...panics);
   const ms = Date.now() - t0;
-  return { ok: failures.length === 0, seed, ops, clients, skip, failures, log, phases, ms,
+  return { ok: failures.length === 0, seed, ops, clients, skip, failures, notes, log, phases, ms,
     consoleErrors, relayLog: relay?.log() ?? '', replay: replayCommand({ seed, ops, clients, skip }) };
 }
 
@@ -237,6 +244,7 @@ export function report(r, tail = 30) {
   if (r.failures.length > 25) lines.push(`  ... and ${r.failures.length - 25} more`);
   lines.push(`op log, last ${Math.min(tail, r.log.length)} of ${r.log.length}:`);
   lines.push(...r.log.slice(-tail).map((l) => `  ${l}`));
+  if (r.notes.length) lines.push('notes:', ...r.notes.map((l) => `  ${l}`));
   if (r.consoleErrors.length) lines.push('page console errors:', ...r.consoleErrors.slice(-10).map((l) => `  ${l}`));
   if (r.relayLog) lines.push('relay log tail:', ...r.relayLog.split('\n').slice(-10).map((l) => `  ${l}`));
   lines.push(`replay: ${r.replay}`);
