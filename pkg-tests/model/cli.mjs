@@ -2,7 +2,7 @@
 // a line per seed, a full report for each failure, and a summary. Exit status 1 if any
 // seed failed.
 //   node pkg-tests/model/cli.mjs [--seeds 1-50 | --seed N] [--ops 300] [--clients 3]
-//                                [--skip kind,kind] [--stop-on-failure]
+//                                [--skip kind,kind] [--only 0-5,9] [--stop-on-failure]
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,7 +10,7 @@ import { runSeed, report } from './runner.mjs';
 import { WEIGHTS } from './ops.mjs';
 
 function parse(argv) {
-  const o = { seeds: [1, 10], ops: 300, clients: 3, skip: [], stop: false };
+  const o = { seeds: [1, 10], ops: 300, clients: 3, skip: [], only: null, stop: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -25,10 +25,17 @@ function parse(argv) {
     } else if (a === '--ops') o.ops = Number(value());
     else if (a === '--clients') o.clients = Number(value());
     else if (a === '--skip') o.skip = value().split(',').filter(Boolean);
-    else if (a === '--stop-on-failure') o.stop = true;
+    else if (a === '--only') {
+      o.only = value().split(',').flatMap((part) => {
+        const [lo, hi = lo] = part.split('-').map(Number);
+        return Array.from({ length: hi - lo + 1 }, (_, k) => lo + k);
+      });
+    } else if (a === '--stop-on-failure') o.stop = true;
     else if (a === '--help' || a === '-h') {
-      console.log(`usage: bash scripts/model-sync [--seeds 1-50 | --seed N] [--ops 300] [--clients 3] [--skip kinds] [--stop-on-failure]
-  --skip: operation kinds to leave out of the schedule, comma-separated: ${Object.keys(WEIGHTS).join(', ')}`);
+      console.log(`usage: bash scripts/model-sync [--seeds 1-50 | --seed N] [--ops 300] [--clients 3] [--skip names] [--only ops] [--stop-on-failure]
+  --skip: operation kinds, or listeners, to leave out, comma-separated: ${Object.keys(WEIGHTS).join(', ')},
+          or a query name of pkg-tests/model/schema.mjs, counters, txn, or a document listener path
+  --only: run only these ops of the seed's schedule (indices and ranges: 0-5,9), to reduce a failure`);
       process.exit(0);
     } else throw new Error(`unknown argument ${a} (see --help)`);
   }
@@ -39,7 +46,7 @@ function parse(argv) {
 const o = parse(process.argv.slice(2));
 const results = [];
 for (let seed = o.seeds[0]; seed <= o.seeds[1]; seed++) {
-  const r = await runSeed({ seed, ops: o.ops, clients: o.clients, skip: o.skip, print: () => {} });
+  const r = await runSeed({ seed, ops: o.ops, clients: o.clients, skip: o.skip, only: o.only, print: () => {} });
   results.push(r);
   const phases = Object.entries(r.phases).map(([k, v]) => `${k} ${(v / 1000).toFixed(1)}`).join(', ');
   console.log(`seed ${seed}: ${r.ok ? 'ok' : `FAILED (${r.failures.length} failures)`} in ${(r.ms / 1000).toFixed(1)} s (${phases})`);

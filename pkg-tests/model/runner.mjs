@@ -40,8 +40,8 @@ export function describe(op) {
 }
 
 /** The replay command of a run. */
-export function replayCommand({ seed, ops, clients, skip = [] }) {
-  return `bash scripts/model-sync --seed ${seed} --ops ${ops} --clients ${clients}${skip.length ? ` --skip ${skip.join(',')}` : ''}`;
+export function replayCommand({ seed, ops, clients, skip = [], only = null }) {
+  return `bash scripts/model-sync --seed ${seed} --ops ${ops} --clients ${clients}${skip.length ? ` --skip ${skip.join(',')}` : ''}${only ? ` --only ${only.join(',')}` : ''}`;
 }
 
 /** Compares the clients' states with the relay's as a fresh client read it: each
@@ -72,11 +72,13 @@ function compareStates(server, states) {
   return diffs;
 }
 
-/** Runs one seed. `print` gets progress lines. Resolves `{ ok, failures, log, ms, ... }`;
+/** Runs one seed; with `only` (op indices), just those ops of its schedule, to reduce a
+ *  failure by hand. `print` gets progress lines. Resolves `{ ok, failures, log, ms, ... }`;
  *  never rejects (an error is a failure of the run). */
-export async function runSeed({ seed, ops, clients, skip = [], print = console.log }) {
+export async function runSeed({ seed, ops, clients, skip = [], only = null, print = console.log }) {
   const t0 = Date.now();
   const plan = schedule({ seed, ops, clients, skip });
+  if (only) plan.ops = plan.ops.filter((op) => only.includes(op.i));
   const failures = [];
   const log = [];
   const outcomes = {};
@@ -90,6 +92,8 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
   let server;
   let auditor;
   let barrier = 0;
+  // What the fresh client read from the relay at quiescence, kept in the record.
+  let serverState = null;
   const phases = {};
   const mark = (name, since) => { phases[name] = Date.now() - since; };
 
@@ -208,7 +212,6 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
       await bounded(ap.evaluate((a) => window.agent.open(a), { name: 'model', relay: relay.url, client: 'auditor', listeners: {} }), 30000, 'auditor: open');
       // The clients converge after quiescence: poll, and report what still differs.
       let diffs = [];
-      let serverState;
       const deadline = Date.now() + 30000;
       do {
         if (diffs.length) await sleep(1000);
@@ -233,8 +236,8 @@ export async function runSeed({ seed, ops, clients, skip = [], print = console.l
   const panics = consoleErrors.filter((m) => /panicked|unreachable|RuntimeError/.test(m));
   failures.push(...panics);
   const ms = Date.now() - t0;
-  return { ok: failures.length === 0, seed, ops, clients, skip, failures, notes, log, phases, ms,
-    consoleErrors, relayLog: relay?.log() ?? '', replay: replayCommand({ seed, ops, clients, skip }) };
+  return { ok: failures.length === 0, seed, ops, clients, skip, failures, notes, log, phases, ms, server: serverState, outcomes,
+    consoleErrors, relayLog: relay?.log() ?? '', replay: replayCommand({ seed, ops, clients, skip, only }) };
 }
 
 /** A failed run's report: the seed, its failures, the op log's tail and the replay line. */
