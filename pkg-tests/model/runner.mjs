@@ -243,7 +243,8 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
 /** A failed run's report: the seed, its failures, the op log's tail and the replay line. */
 export function report(r, tail = 30) {
   const lines = [`MODEL TEST FAILED: seed ${r.seed}, ${r.ops} ops, ${r.clients} clients (${(r.ms / 1000).toFixed(1)} s)`];
-  lines.push(...r.failures.slice(0, 25).map((f) => `  ${f}`));
+  const cut = (l) => (l.length > 600 ? `${l.slice(0, 600)} …` : l);
+  lines.push(...r.failures.slice(0, 25).map((f) => `  ${cut(f)}`));
   if (r.failures.length > 25) lines.push(`  ... and ${r.failures.length - 25} more`);
   lines.push(`op log, last ${Math.min(tail, r.log.length)} of ${r.log.length}:`);
   lines.push(...r.log.slice(-tail).map((l) => `  ${l}`));
