@@ -9,6 +9,7 @@ import { startBrowser, startServer, root } from '../e2e/harness.mjs';
 import { checkModel } from './model.mjs';
 import { schedule } from './ops.mjs';
 import { launchRelay } from './relay.mjs';
+import { ALL_QUERIES, COUNTERS } from './schema.mjs';
 import { canonical } from './semantics.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -46,11 +47,17 @@ export function replayCommand({ seed, ops, clients, skip = [], only = null }) {
 
 /** Compares the clients' states with the relay's as a fresh client read it: each
  *  listener's latest result (and, with metadata, that it is synced and has no pending
- *  writes), and each cache read. Returns the differences. */
+ *  writes), and the cache reads of the collections a client listens to whole (those of
+ *  other collections may hold documents it no longer listens to, stale as in Firestore).
+ *  Returns the differences. */
 function compareStates(server, states) {
   const diffs = [];
   const docsText = (docs) => JSON.stringify(docs);
   states.forEach((st, c) => {
+    // A spec with nothing but its collection listens to the whole collection.
+    const whole = new Set(Object.values(st.listeners)
+      .filter((l) => l.query && Object.keys(ALL_QUERIES[l.query]).length === 1)
+      .map((l) => ALL_QUERIES[l.query].coll));
     for (const [name, l] of Object.entries(st.listeners)) {
       const where = `client ${c} listener ${name}`;
       if (!l.last) { diffs.push(`${where}: no snapshot`); continue; }
@@ -63,10 +70,10 @@ function compareStates(server, states) {
       }
     }
     for (const [q, docs] of Object.entries(st.queries)) {
-      if (docsText(docs) !== docsText(server.queries[q])) diffs.push(`client ${c} cache query ${q}: ${docsText(docs)}, the relay: ${docsText(server.queries[q])}`);
+      if (whole.has(ALL_QUERIES[q].coll) && docsText(docs) !== docsText(server.queries[q])) diffs.push(`client ${c} cache query ${q}: ${docsText(docs)}, the relay: ${docsText(server.queries[q])}`);
     }
     for (const [path, doc] of Object.entries(st.docs)) {
-      if (doc !== server.docs[path]) diffs.push(`client ${c} cache ${path}: ${doc}, the relay: ${server.docs[path]}`);
+      if (whole.has(path.split('/')[0]) && doc !== server.docs[path]) diffs.push(`client ${c} cache ${path}: ${doc}, the relay: ${server.docs[path]}`);
     }
   });
   return diffs;
@@ -167,12 +174,14 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
       await pages[c].goto(`${server.origin}/pkg-tests/model/page.html`);
       await openClient(c);
     }
-    await onPage(0, 'setup', async () => {
+    // Counters exist before any increment (so none can be refused); txn/t0 exists and
+    // txn/t1 does not, so transactions both update and create.
+    await onPage(0, 'setup', async (counters) => {
       const { db } = window.agent;
-      for (const id of ['c0', 'c1', 'c2']) db.doc(`counters/${id}`).set({ n: 0 });
+      for (const id of counters) db.doc(`counters/${id}`).set({ n: 0 });
       db.doc('txn/t0').set({ n: 0, done: {} });
       await db.waitForPendingWrites();
-    }, undefined, 30000);
+    }, COUNTERS, 30000);
     mark('start', t);
 
     t = Date.now();
@@ -182,37 +191,36 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
     }
     mark('ops', t);
 
-    {
-      at = 'end';
-      t = Date.now();
-      if (!relay.running) { log.push('end: restart'); await relay.start(); }
-      for (const c of offline) await browsers[c].context.setOffline(false);
-      for (const c of disabled) await onPage(c, 'enableNetwork', () => window.agent.db.enableNetwork());
-      log.push('end: every client online; quiescence');
-      await Promise.all(pages.map(async (_, c) => {
-        try {
-          const rejected = await onPage(c, 'waitForPendingWrites and every write in flight', () => window.agent.quiesce(), undefined, 90000);
-          if (rejected.length) notes.push(`client ${c}: waitForPendingWrites() rejected with ${rejected.join(', ')} (Firestore's resolves when earlier writes are refused)`);
-        } catch (e) {
-          const d = await drain(c);
-          failures.push(`${e.message}; still in flight: ${d.inflight.join(',')}`);
-        }
-      }));
-      for (let c = 0; c < clients; c++) {
-        await drain(c);
-        await onPage(c, 'whole-collection listeners', () => window.agent.listenWhole());
+    at = 'end';
+    t = Date.now();
+    if (!relay.running) { log.push('end: restart'); await relay.start(); }
+    for (const c of offline) await browsers[c].context.setOffline(false);
+    for (const c of disabled) await onPage(c, 'enableNetwork', () => window.agent.db.enableNetwork());
+    log.push('end: every client online; quiescence');
+    await Promise.all(pages.map(async (_, c) => {
+      try {
+        const rejected = await onPage(c, 'waitForPendingWrites and every write in flight', () => window.agent.quiesce(), undefined, 90000);
+        if (rejected.length) notes.push(`client ${c}: waitForPendingWrites() rejected with ${rejected.join(', ')} (Firestore's resolves when earlier writes are refused)`);
+      } catch (e) {
+        const d = await drain(c);
+        failures.push(`${e.message}; still in flight: ${d.inflight.join(',')}`);
       }
-      mark('quiesce', t);
+    }));
+    for (let c = 0; c < clients; c++) await drain(c);
+    mark('quiesce', t);
 
-      t = Date.now();
-      auditor = await startBrowser();
-      const ap = await auditor.context.newPage();
-      await ap.goto(`${server.origin}/pkg-tests/model/page.html`);
-      await bounded(ap.waitForFunction(() => window.hearthReady === true, null, { timeout: 30000 }), 35000, 'auditor: page load');
-      await bounded(ap.evaluate((a) => window.agent.open(a), { name: 'model', relay: relay.url, client: 'auditor', listeners: {} }), 30000, 'auditor: open');
-      // The clients converge after quiescence: poll, and report what still differs.
+    t = Date.now();
+    auditor = await startBrowser();
+    const ap = await auditor.context.newPage();
+    await ap.goto(`${server.origin}/pkg-tests/model/page.html`);
+    await bounded(ap.waitForFunction(() => window.hearthReady === true, null, { timeout: 30000 }), 35000, 'auditor: page load');
+    await bounded(ap.evaluate((a) => window.agent.open(a), { name: 'model', relay: relay.url, client: 'auditor', listeners: {} }), 30000, 'auditor: open');
+    // The clients converge after quiescence: poll, and report what still differs. First
+    // as they are; then with whole-collection listeners added everywhere, whose fresh
+    // results must bring every cache level with the relay (documents deleted there leave).
+    const converge = async (label, seconds) => {
       let diffs = [];
-      const deadline = Date.now() + 30000;
+      const deadline = Date.now() + seconds * 1000;
       do {
         if (diffs.length) await sleep(1000);
         serverState = await bounded(ap.evaluate(() => window.agent.state('server')), 20000, 'auditor: server reads');
@@ -221,10 +229,13 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
         diffs = compareStates(serverState, states);
       } while (diffs.length && Date.now() < deadline);
       for (let c = 0; c < clients; c++) await drain(c);
-      failures.push(...diffs.map((d) => `after 30 s of quiescence, ${d}`));
-      failures.push(...checkModel({ ops: plan.ops, outcomes, server: serverState }));
-      mark('check', t);
-    }
+      failures.push(...diffs.map((d) => `${label} (${seconds} s after quiescence): ${d}`));
+    };
+    await converge('as listened', 20);
+    for (let c = 0; c < clients; c++) await onPage(c, 'whole-collection listeners', () => window.agent.listenWhole());
+    await converge('with whole-collection listeners', 15);
+    failures.push(...checkModel({ ops: plan.ops, outcomes, server: serverState }));
+    mark('check', t);
   } catch (e) {
     failures.push(`the run failed: ${e?.stack ?? e}`);
   } finally {
