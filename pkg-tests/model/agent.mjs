@@ -49,6 +49,7 @@ export function installAgent(win, hearth) {
     return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toValue(x)]));
   };
 
+  /** The Hearth query of a spec (schema.mjs). */
   const buildQuery = (spec) => {
     let q = agent.db.collection(spec.coll);
     for (const [f, op, v] of spec.where ?? []) q = q.where(f, op, v);
@@ -165,11 +166,13 @@ export function installAgent(win, hearth) {
       }
     };
     const error = (e) => fail(name, `listener failed: ${e?.code} ${e?.message ?? e}`);
-    t.stop = meta ? target.onSnapshot({ includeMetadataChanges: true }, next, error)
-      : target.onSnapshot(next, error);
+    // Listeners live as long as the page: a reload is what ends them.
+    if (meta) target.onSnapshot({ includeMetadataChanges: true }, next, error);
+    else target.onSnapshot(next, error);
     agent.trackers[name] = t;
   };
 
+  /** Tracks a write's or transaction's promise until it settles, then records how. */
   const issue = (tag, promise) => {
     agent.inflight.set(tag, promise);
     promise.then(() => 'ok', (e) => e?.code ?? `no code: ${e?.message ?? e}`).then((outcome) => {
@@ -180,8 +183,8 @@ export function installAgent(win, hearth) {
 
   const ref = (path) => agent.db.doc(path);
 
-  /** One document write ({ path, how, data }) through `target`: a reference's own methods
-   *  when `batch` is null, else the batch's or transaction's. */
+  /** One document write ({ path, how, data }) through `batch` (a WriteBatch or a
+   *  Transaction), or the reference's own methods when it is null (returning the promise). */
   const apply = (batch, w) => {
     const data = w.data === undefined ? undefined : toValue(w.data);
     if (!batch) {
