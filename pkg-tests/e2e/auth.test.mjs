@@ -3,7 +3,7 @@
 // refuses one. Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { useEnvironment } from './harness.mjs';
+import { assertTrackersClean, installTracker, useEnvironment } from './harness.mjs';
 
 const SECRET = 'hearth-e2e-secret';
 const env = useEnvironment(['--auth-secret', SECRET]);
@@ -28,6 +28,7 @@ async function installSigner(p) {
 test('a short-lived token is refreshed through the callback before it expires; writes and listens go on', { timeout: 60000 }, async () => {
   const p = await page();
   await installSigner(p);
+  await installTracker(p);
   await p.evaluate(async (url) => {
     window.calls = 0;
     // (asked at, expiry) of every token handed out, in ms.
@@ -48,7 +49,7 @@ test('a short-lived token is refreshed through the callback before it expires; w
     window.db = await window.hearth.Hearth.open({ name: 'auth-refresh', relay: url, token });
     window.seen = [];
     // The acknowledgement is metadata only: raised to listeners that ask for it.
-    window.db.collection('a').onSnapshot({ includeMetadataChanges: true }, (s) => {
+    window.track(window.db.collection('a'), { includeMetadataChanges: true }, (s) => {
       if (!s.metadata.hasPendingWrites) window.seen.push(s.size);
     });
     await window.db.doc('a/1').set({ v: 1 });
@@ -69,6 +70,7 @@ test('a short-lived token is refreshed through the callback before it expires; w
   assert.equal(await p.evaluate(() => window.sockets), 1, 'one connection throughout');
   const server = await p.evaluate(async () => (await window.db.collection('a').get({ source: 'server' })).size);
   assert.equal(server, 4);
+  await assertTrackersClean(p);
   await p.evaluate(() => window.db.close());
   await p.close();
 });

@@ -2,7 +2,7 @@
 // refuses, in headless Chromium against a real hearth-relay. Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, useEnvironment } from './harness.mjs';
+import { assertTrackersClean, installTracker, startServer, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
@@ -30,6 +30,7 @@ const cachedBulk = (p) => p.evaluate(async () => {
 
 test('the cache budget evicts the least recently written documents nothing holds; the relay keeps them', { timeout: 90000 }, async () => {
   const p = await page();
+  await installTracker(p);
   await p.evaluate(async (url) => {
     const { Hearth } = window.hearth;
     window.db = await Hearth.open({ name: 'cache-budget', relay: url, cacheSizeBytes: 1024 * 1024 });
@@ -38,8 +39,8 @@ test('the cache budget evicts the least recently written documents nothing holds
     await window.db.doc('live/a').set({ v: 1, filler: 'y'.repeat(6000) });
     await window.db.doc('live/b').set({ v: 2, filler: 'y'.repeat(6000) });
     window.seen = { doc: null, live: [] };
-    window.db.doc('held/watched').onSnapshot((s) => { window.seen.doc = s.exists ? s.data().v : null; });
-    window.db.collection('live').onSnapshot((s) => { window.seen.live = s.docs.map((d) => d.data().v); });
+    window.trackDoc(window.db.doc('held/watched'), undefined, (s) => { window.seen.doc = s.exists ? s.data().v : null; });
+    window.track(window.db.collection('live'), undefined, (s) => { window.seen.live = s.docs.map((d) => d.data().v); });
   }, env.relay.url);
   await p.waitForFunction(() => window.seen.live.length === 2 && window.seen.doc === 'w');
   // About 1.9 MB of documents, each acknowledged, so none stays pending. The oldest is
@@ -81,6 +82,7 @@ test('the cache budget evicts the least recently written documents nothing holds
     return { size: all.size, one: one.exists && one.data().n };
   });
   assert.deepEqual(server, { size: 300, one: 1 });
+  await assertTrackersClean(p);
   await p.evaluate(() => window.db.close());
   await p.close();
 });
@@ -120,12 +122,13 @@ test('a write the local database cannot store rejects, listeners go back, and ea
   // 1 MiB limit does not.
   const cdp = await p.context().newCDPSession(p);
   await cdp.send('Storage.overrideQuotaForOrigin', { origin: own.origin, quotaSize: 64 * 1024 });
+  await installTracker(p);
   await p.evaluate(async () => {
     const { Hearth } = window.hearth;
     window.db = await Hearth.open({ name: 'quota' });
     await window.db.doc('q/kept').set({ v: 'kept' });
     window.sizes = [];
-    window.db.collection('q').onSnapshot((s) => window.sizes.push(s.size));
+    window.track(window.db.collection('q'), undefined, (s) => window.sizes.push(s.size));
   });
   await p.waitForFunction(() => window.sizes.length === 1);
   const failed = await p.evaluate(async () => {
@@ -149,6 +152,7 @@ test('a write the local database cannot store rejects, listeners go back, and ea
   assert.equal(after.v, 'kept');
   // Listeners saw the write at once (21 documents), then went back to 1.
   assert.deepEqual(after.seen, [1, 21, 1]);
+  await assertTrackersClean(p);
   await p.evaluate(() => window.db.close());
   await p.close();
   await own.stop();

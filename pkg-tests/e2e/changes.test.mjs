@@ -2,58 +2,15 @@
 // newIndex) onto the list the previous snapshots built, must give exactly `snapshot.docs`;
 // a limited listener reports the document a new one evicts; a local write is `added` once,
 // its acknowledgement is metadata (raised only with includeMetadataChanges, as a `modified`).
+// The replay check is the harness's `installTracker`.
 // Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startBrowser, useEnvironment } from './harness.mjs';
+import { installTracker, startBrowser, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
 const open = env.open;
-
-/** Installs `window.track(query, options)` in page `p`: a listener that keeps its list only
- *  from docChanges(), as an app would, and checks it against `snapshot.docs` after every
- *  snapshot. The tracker has `snaps` ({ changes: ['added id', ...], ids, pending, cache }),
- *  `errors` (every replay that went wrong, with the snapshot's number) and `stop()`. */
-export async function installTracker(p) {
-  await p.evaluate(() => {
-    window.track = (query, options) => {
-      const t = { list: [], snaps: [], errors: [] };
-      const onSnap = (s) => {
-        const n = t.snaps.length;
-        const fail = (m) => t.errors.push(`snapshot ${n}: ${m}`);
-        const changes = s.docChanges();
-        for (const c of changes) {
-          const id = c.doc.id;
-          const data = JSON.stringify(c.doc.data());
-          if (c.type === 'added') {
-            if (c.oldIndex !== -1) fail(`added ${id} with oldIndex ${c.oldIndex}`);
-          } else if (t.list[c.oldIndex]?.id !== id) {
-            fail(`${c.type} ${id}: oldIndex ${c.oldIndex} holds ${t.list[c.oldIndex]?.id}`);
-          } else {
-            t.list.splice(c.oldIndex, 1);
-          }
-          if (c.type === 'removed') {
-            if (c.newIndex !== -1) fail(`removed ${id} with newIndex ${c.newIndex}`);
-          } else if (c.newIndex < 0 || c.newIndex > t.list.length) {
-            fail(`${c.type} ${id}: newIndex ${c.newIndex} outside 0..${t.list.length}`);
-          } else {
-            t.list.splice(c.newIndex, 0, { id, data });
-          }
-        }
-        const docs = s.docs.map((d) => ({ id: d.id, data: JSON.stringify(d.data()) }));
-        if (JSON.stringify(docs) !== JSON.stringify(t.list)) {
-          fail(`replayed ${JSON.stringify(t.list.map((d) => d.id))}, docs ${JSON.stringify(docs.map((d) => d.id))}`);
-          t.list = docs;
-        }
-        t.snaps.push({ changes: changes.map((c) => `${c.type} ${c.doc.id}`),
-          ids: docs.map((d) => d.id), pending: s.metadata.hasPendingWrites, cache: s.metadata.fromCache });
-      };
-      t.stop = options ? query.onSnapshot(options, onSnap) : query.onSnapshot(onSnap);
-      return t;
-    };
-  });
-}
 
 const settle = (p, ms) => p.evaluate((ms) => new Promise((r) => setTimeout(r, ms)), ms);
 
@@ -115,9 +72,10 @@ test('a local write is added once; its acknowledgement is metadata, raised only 
   const base = await p.evaluate(() => Object.fromEntries(Object.entries(window.ts).map(([k, t]) => [k, t.snaps.length])));
   await p.evaluate(() => window.db.doc('w/d').set({ rank: 1.5 }));
   await settle(p, 1500);
-  const ts = await p.evaluate(() => Object.fromEntries(Object.entries(window.ts).map(([k, t]) => [k, { snaps: t.snaps, errors: t.errors }])));
+  const ts = await p.evaluate(() => Object.fromEntries(Object.entries(window.ts).map(([k, t]) => [k, { snaps: t.snaps, errors: t.errors, deviations: t.deviations }])));
   for (const [k, t] of Object.entries(ts)) {
     assert.deepEqual(t.errors, [], `${k}: ${JSON.stringify(t.snaps)}`);
+    assert.deepEqual(t.deviations, [], `${k}: ${JSON.stringify(t.snaps)}`);
     const after = t.snaps.slice(base[k]);
     const msg = `${k}: ${JSON.stringify(after)}`;
     const expected = k.startsWith('limit') ? ['removed e', 'added d'] : ['added d'];
@@ -133,5 +91,51 @@ test('a local write is added once; its acknowledgement is metadata, raised only 
       assert.equal(after.length, 1, `a plain listener raises the write once: ${msg}`);
     }
   }
+  await p.close();
+});
+
+test('a document moving inside a limited window from another client is the only change reported', { timeout: 90000 }, async () => {
+  const other = await startBrowser();
+  try {
+    const reader = await page();
+    const writer = await other.page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+    await open(reader, 'changes-move');
+    await open(writer, 'changes-move');
+    await installTracker(reader);
+    await writer.evaluate(async () => {
+      for (const [id, rank] of [['m1', 1], ['m2', 2], ['m3', 3], ['m4', 4]]) await window.db.doc(`move/${id}`).set({ rank });
+    });
+    await reader.evaluate(() => { window.t = window.track(window.db.collection('move').orderBy('rank').limit(3)); });
+    await reader.waitForFunction(() => window.t.snaps.at(-1)?.ids.join() === 'm1,m2,m3');
+    await writer.evaluate(() => window.db.doc('move/m1').set({ rank: 3.5 }));
+    await reader.waitForFunction(() => window.t.snaps.at(-1)?.ids.join() === 'm2,m3,m1');
+    await settle(reader, 500);
+    const t = await reader.evaluate(() => ({ snaps: window.t.snaps, errors: window.t.errors, deviations: window.t.deviations }));
+    // Firestore's docChanges() lists only documents whose data changed (or that entered or
+    // left); the ones m1 passes keep their data and are not changes.
+    assert.deepEqual(t.snaps.at(-1).changes, ['modified m1'], JSON.stringify(t.snaps));
+    assert.deepEqual({ errors: t.errors, deviations: t.deviations }, { errors: [], deviations: [] }, JSON.stringify(t.snaps));
+    await reader.close();
+    await writer.close();
+  } finally {
+    await other.stop();
+  }
+});
+
+test('a local write moving a document in an ordered query is the only change reported', { timeout: 60000 }, async () => {
+  const p = await page();
+  await open(p, 'changes-move-local');
+  await installTracker(p);
+  await p.evaluate(async () => {
+    for (const [id, rank] of [['m1', 1], ['m2', 2], ['m3', 3]]) await window.db.doc(`move/${id}`).set({ rank });
+    window.t = window.track(window.db.collection('move').orderBy('rank'));
+  });
+  await p.waitForFunction(() => window.t.snaps.at(-1)?.ids.join() === 'm1,m2,m3');
+  await p.evaluate(() => window.db.doc('move/m1').update({ rank: 4 }));
+  await p.waitForFunction(() => window.t.snaps.at(-1)?.ids.join() === 'm2,m3,m1');
+  await settle(p, 500);
+  const t = await p.evaluate(() => ({ snaps: window.t.snaps, errors: window.t.errors, deviations: window.t.deviations }));
+  assert.deepEqual(t.snaps.at(-1).changes, ['modified m1'], JSON.stringify(t.snaps));
+  assert.deepEqual({ errors: t.errors, deviations: t.deviations }, { errors: [], deviations: [] }, JSON.stringify(t.snaps));
   await p.close();
 });

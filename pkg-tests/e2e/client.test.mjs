@@ -3,7 +3,7 @@
 // rollback of refused writes, and local query errors. Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { useEnvironment } from './harness.mjs';
+import { assertTrackers, assertTrackersClean, installTracker, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
@@ -72,12 +72,13 @@ test('seed 002: distributed counters count every increment', { timeout: 60000 },
 test('a local write reaches listeners at once with pending writes, then acknowledged', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'latency');
+  await installTracker(p);
   const events = await p.evaluate(async () => {
     const events = [];
     const col = window.db.collection('items');
     let acknowledged;
     const done = new Promise((r) => { acknowledged = r; });
-    const stop = col.where('n', '>=', 1).onSnapshot({ includeMetadataChanges: true }, (s) => {
+    const { stop } = window.track(col.where('n', '>=', 1), { includeMetadataChanges: true }, (s) => {
       events.push({ size: s.size, pending: s.metadata.hasPendingWrites, cache: s.metadata.fromCache,
         changes: s.docChanges().map((c) => c.type) });
       if (s.size === 1 && !s.metadata.hasPendingWrites) acknowledged();
@@ -95,6 +96,7 @@ test('a local write reaches listeners at once with pending writes, then acknowle
   assert.equal(withDoc[0].pending, true, 'the first snapshot with the write has pending writes');
   assert.deepEqual(withDoc[0].changes, ['added']);
   assert.equal(withDoc.at(-1).pending, false, 'then the acknowledged state');
+  await assertTrackersClean(p);
   await p.close();
 });
 
@@ -148,14 +150,16 @@ test('two clients see each other\'s writes live through the relay', { timeout: 6
   const b = await page();
   await open(a, 'live');
   await open(b, 'live');
+  await installTracker(b);
   await b.evaluate(() => {
     window.seen = [];
-    window.db.collection('chat').orderBy('at').onSnapshot((s) => {
+    window.track(window.db.collection('chat').orderBy('at'), undefined, (s) => {
       window.seen.push(s.docs.map((d) => d.data().text));
     });
   });
   await a.evaluate(() => window.db.collection('chat').add({ text: 'hello', at: 1 }));
   await b.waitForFunction(() => window.seen.some((x) => x.includes('hello')), null, { timeout: 20000 });
+  await assertTrackersClean(b);
   await a.close();
   await b.close();
 });
@@ -217,9 +221,10 @@ test('two tabs of one origin share one IndexedDB database and see each other\'s 
   // Local only: the tabs meet through IndexedDB and a BroadcastChannel, not the relay.
   await open(a, 'tabs', { relay: undefined });
   await open(b, 'tabs', { relay: undefined });
+  await installTracker(b);
   await b.evaluate(() => {
     window.seen = [];
-    window.db.collection('todo').where('done', '==', false).onSnapshot((s) => {
+    window.track(window.db.collection('todo').where('done', '==', false), undefined, (s) => {
       window.seen.push(s.docs.map((d) => d.id).sort());
     });
   });
@@ -227,6 +232,7 @@ test('two tabs of one origin share one IndexedDB database and see each other\'s 
   await b.waitForFunction(() => window.seen.some((ids) => ids.includes('t1')), null, { timeout: 20000 });
   await a.evaluate(() => window.db.collection('todo').doc('t1').update({ done: true }));
   await b.waitForFunction(() => window.seen.at(-1).length === 0, null, { timeout: 20000 });
+  await assertTrackersClean(b);
   await a.close();
   await b.close();
 });
@@ -267,9 +273,10 @@ test('the engine runs in a dedicated worker: it writes, listens and syncs with a
   assert.deepEqual(opened, { op: 'opened', global: 'undefined' });
   // The worker writes; the page (same database, through the relay and the tab channel) sees it.
   await step('the page opening the database', () => open(p, 'dedicated'));
+  await installTracker(p);
   await p.evaluate(() => {
     window.pageSaw = [];
-    window.db.collection('w').onSnapshot((s) => window.pageSaw.push(s.docs.map((d) => d.id).sort().join()));
+    window.track(window.db.collection('w'), undefined, (s) => window.pageSaw.push(s.docs.map((d) => d.id).sort().join()));
     window.worker.postMessage({ op: 'set', path: 'w/fromWorker', data: { by: 'worker' } });
   });
   await step('the page seeing the worker\'s write', () => p.waitForFunction(
@@ -280,6 +287,12 @@ test('the engine runs in a dedicated worker: it writes, listens and syncs with a
     () => window.fromWorker.some((m) => m.op === 'snapshot' && m.ids.join() === 'fromPage,fromWorker' && !m.pending),
     null, { timeout: 0 }));
   assert.ok(!(await p.evaluate(() => window.fromWorker.some((m) => m.op === 'error'))));
+  // The worker's listener replays its docChanges() too.
+  await p.evaluate(() => window.worker.postMessage({ op: 'trackers' }));
+  await step('the worker reporting its listener checks', () => p.waitForFunction(
+    () => window.fromWorker.some((m) => m.op === 'trackers'), null, { timeout: 0 }));
+  assertTrackers(await p.evaluate(() => window.fromWorker.find((m) => m.op === 'trackers').trackers));
+  await assertTrackersClean(p);
   await step('closing', () => p.evaluate(() => { window.worker.terminate(); window.db.close(); }));
   await p.close();
 });
@@ -303,15 +316,17 @@ test('a document deleted elsewhere while offline leaves the cached result when b
     await window.db.collection('r').doc('keep').set({ v: 1 });
     await window.db.collection('r').doc('gone').set({ v: 2 });
   });
+  await installTracker(a);
   await a.evaluate(() => {
     window.seen = [];
-    window.db.collection('r').where('v', '>', 0).onSnapshot((s) => window.seen.push(s.docs.map((d) => d.id).sort().join(',')));
+    window.track(window.db.collection('r').where('v', '>', 0), undefined, (s) => window.seen.push(s.docs.map((d) => d.id).sort().join(',')));
   });
   await a.waitForFunction(() => window.seen.at(-1) === 'gone,keep', null, { timeout: 20000 });
   await a.evaluate(() => window.db.disableNetwork());
   await b.evaluate(() => window.db.collection('r').doc('gone').delete());
   await a.evaluate(() => window.db.enableNetwork());
   await a.waitForFunction(() => window.seen.at(-1) === 'keep', null, { timeout: 20000 });
+  await assertTrackersClean(a);
   await a.close();
   await b.close();
 });

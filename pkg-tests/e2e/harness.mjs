@@ -6,6 +6,7 @@ import { createServer } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, extname, normalize } from 'node:path';
+import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
 
 export const root = new URL('../../', import.meta.url).pathname;
@@ -125,4 +126,46 @@ export function useEnvironment(relayArgs = []) {
     await env.relay?.stop();
   });
   return env;
+}
+
+/** Installs the listener checks of `tracker.js` in page `p`: `window.track(query, options?,
+ *  next?)`, a query listener that keeps its list only from docChanges(), as an app would, and
+ *  checks the replay (type, oldIndex, newIndex) against `snapshot.docs` after every snapshot,
+ *  with the snapshot's metadata against its documents'; and `window.trackDoc(ref, options?,
+ *  next?)`, a document listener that checks each snapshot's `exists` against its data and
+ *  that it changed something. Each returns a tracker (`snaps`, `errors`, `stop()`); `next`
+ *  is the test's own callback, called after the checks. */
+export async function installTracker(p) {
+  await p.evaluate(async () => {
+    const { install } = await import('/pkg-tests/e2e/tracker.js');
+    install(window);
+  });
+}
+
+/** Asserts that page `p` tracked a listener and that no tracker there found an error (a
+ *  wrong replay, inconsistent metadata, a listen error) or a deviation from Firestore's
+ *  raising rules (a snapshot without a change, a `modified` without a data change). */
+export async function assertTrackersClean(p) {
+  const trackers = await p.evaluate(() => window.trackers.map((t) => ({ what: t.what, errors: t.errors, deviations: t.deviations, snaps: t.snaps })));
+  assertTrackers(trackers);
+}
+
+/** The assertion of `assertTrackersClean` over trackers already read (from a worker, say). */
+export function assertTrackers(trackers) {
+  assert.ok(trackers.length > 0, 'no listener was tracked');
+  for (const t of trackers) {
+    assert.deepEqual({ errors: t.errors, deviations: t.deviations }, { errors: [], deviations: [] }, `${t.what}: ${JSON.stringify(t.snaps)}`);
+  }
+}
+
+/** Installs `window.code(f, ms = 10000)` in page `p`: how calling `f` (sync or async) ends:
+ *  'ok', the error's `code` ('no code: …' for an error without one), or 'timed out' after
+ *  `ms`. For asserting refusals by their code. */
+export async function installCode(p) {
+  await p.evaluate(() => {
+    window.code = (f, ms = 10000) => Promise.race([
+      (async () => f())().then(() => 'ok', (e) => e?.code ?? `no code: ${e?.message ?? e}`),
+      new Promise((r) => setTimeout(() => r('timed out'), ms)),
+    ]);
+  });
 }

@@ -228,7 +228,7 @@ fn lock_name(database: &str) -> String {
 }
 
 /// `navigator.locks`, where the context has it.
-fn locks() -> Option<JsValue> {
+pub(crate) fn locks() -> Option<JsValue> {
     let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).ok()?;
     let locks = Reflect::get(&navigator, &"locks".into()).ok()?;
     (!locks.is_undefined() && !locks.is_null()).then_some(locks)

@@ -11,6 +11,9 @@
 //! that. A refusal that carries no tag (from such a context) stays a refusal, with code
 //! `internal` and its text in the message: codes are never parsed back from text, and a
 //! message that is not understood must never read as an acknowledgement.
+//!
+//! Contexts also claim distinct batch-id tags (see `Engine::next_batch_id`) with Web Locks:
+//! [`claim_tag`].
 
 use hearth_core::error::ErrorCode;
 use js_sys::Reflect;
@@ -76,4 +79,61 @@ pub fn decode_settled(data: &JsValue) -> Option<(u64, Result<u64, ClientError>)>
         Ok(field("version").and_then(|v| v.as_f64()).unwrap_or(0.0) as u64)
     };
     Some((id as u64, result))
+}
+
+/// Claims a batch-id tag (0..128) that no other live context of this origin holds for
+/// `database`: an exclusive Web Lock per tag, taken only if free and held until the returned
+/// function is called (or the context goes). `None` where Web Locks are missing or all 128
+/// are held; the caller then picks a random tag.
+pub async fn claim_tag(database: &str, start: u8) -> Option<(u8, js_sys::Function)> {
+    use js_sys::{Function, Promise};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let locks = super::cache::locks()?;
+    let request: Function = Reflect::get(&locks, &"request".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"ifAvailable".into(), &JsValue::TRUE).ok()?;
+    for i in 0..128u8 {
+        let tag = start.wrapping_add(i) & 0x7f;
+        let release: Rc<RefCell<Option<Function>>> = Rc::default();
+        let slot = release.clone();
+        let mut granted_resolve: Option<Function> = None;
+        let granted = Promise::new(&mut |resolve, _| granted_resolve = Some(resolve));
+        let granted_resolve = granted_resolve?;
+        // Called with the lock, or with null when another context holds it.
+        let callback = Closure::once_into_js(move |lock: JsValue| -> JsValue {
+            let _ =
+                granted_resolve.call1(&JsValue::UNDEFINED, &JsValue::from_bool(!lock.is_null()));
+            if lock.is_null() {
+                return JsValue::UNDEFINED;
+            }
+            // Held until this promise settles.
+            Promise::new(&mut |resolve, _| *slot.borrow_mut() = Some(resolve)).into()
+        });
+        let name = format!("hearth:batch-tag:{database}:{tag}");
+        let pending = request
+            .call3(&locks, &name.into(), &options, &callback)
+            .ok()?;
+        if let Ok(catch) =
+            Reflect::get(&pending, &"catch".into()).and_then(|c| c.dyn_into::<Function>())
+        {
+            let ignore = Closure::once_into_js(|_: JsValue| {});
+            let _ = catch.call1(&pending, &ignore);
+        }
+        let ok = wasm_bindgen_futures::JsFuture::from(granted).await.ok()?;
+        if ok.as_bool() == Some(true) {
+            let release_now = Closure::once_into_js(move || {
+                if let Some(resolve) = release.borrow_mut().take() {
+                    let _ = resolve.call0(&JsValue::UNDEFINED);
+                }
+            });
+            return Some((tag, release_now.unchecked_into()));
+        }
+    }
+    None
 }

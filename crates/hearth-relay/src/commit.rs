@@ -18,12 +18,14 @@ use redb::ReadableTable;
 use tokio::sync::oneshot;
 
 use super::store::{
-    db_prefix, encode_change_names, read_u64, Store, StoreError, BATCHES, CHANGELOG, DOCUMENTS,
-    INDEX, META,
+    change_time, db_prefix, encode_change_names, read_u64, Store, StoreError, BATCHES, CHANGELOG,
+    DOCUMENTS, INDEX, META,
 };
+pub use crate::idempotency::{batch_digest, BatchDigest};
+use crate::idempotency::{batch_key, BatchRecord};
 use hearth_core::document::Document;
 use hearth_core::encoding::document::{decode_document, encode_document};
-use hearth_core::encoding::key::{write_string, Direction};
+use hearth_core::encoding::key::prefix_end;
 use hearth_core::index::def::IndexCatalog;
 use hearth_core::index::keys::{document_key, index_diff};
 use hearth_core::mutation::{ApplyContext, Mutation, MutationError};
@@ -73,6 +75,9 @@ pub struct WriteRequest {
     /// A transaction's reads (each document's `update_version` as read, `None`: absent),
     /// revalidated at commit; any change aborts the batch.
     pub reads: Vec<(DocumentName, Option<u64>)>,
+    /// [`batch_digest`] of `mutations` and `reads`: a repeated `batch_id` is a retry only
+    /// with the same digest.
+    pub digest: BatchDigest,
     /// Receives the commit version once the batch is durable, or why it did not commit.
     pub reply: oneshot::Sender<Result<u64, WriteError>>,
     /// When the batch was queued.
@@ -151,18 +156,19 @@ impl Committer {
         })
     }
 
-    /// Queues a batch; refuses it when the database has `cap` batches in flight.
-    pub fn submit(&self, db: &str, req: WriteRequest) -> Result<(), WriteRequest> {
+    /// Queues a batch; refuses it (handing it back) when the database has `cap` batches in
+    /// flight or the committer is stopping.
+    pub fn submit(&self, db: &str, req: WriteRequest) -> Result<(), Box<WriteRequest>> {
         let mut q = self.queues.lock().expect("committer lock");
         if q.stopping {
-            return Err(req);
+            return Err(Box::new(req));
         }
         if !q.by_db.contains_key(db) {
             q.order.push(db.to_owned());
         }
         let queue = q.by_db.entry(db.to_owned()).or_default();
         if queue.len() >= self.cap {
-            return Err(req);
+            return Err(Box::new(req));
         }
         queue.push_back(req);
         drop(q);
@@ -280,18 +286,11 @@ impl Committer {
     }
 }
 
-fn now_micros() -> i64 {
+pub(crate) fn now_micros() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
-}
-
-fn batch_key(db: &str, client_id: &str, batch_id: u64) -> Vec<u8> {
-    let mut k = db_prefix(db);
-    write_string(client_id, Direction::Ascending, &mut k);
-    k.extend_from_slice(&batch_id.to_be_bytes());
-    k
 }
 
 type RoundResult = (Vec<Result<u64, WriteError>>, Vec<Committed>);
@@ -320,8 +319,15 @@ fn apply_round(
             let prefix = db_prefix(db);
             let bkey = batch_key(db, &req.client_id, req.batch_id);
             if let Some(v) = batches.get(bkey.as_slice())? {
-                // A retry of a batch that already committed: the same answer, applied once.
-                results.push(Ok(read_u64(v.value())));
+                // The id was used before: a retry of that batch gets the same answer and is
+                // applied once; a different batch under it is refused.
+                results.push(match BatchRecord::decode(v.value()) {
+                    Ok(r) => r.answer(&req.digest, &req.client_id, req.batch_id),
+                    Err(what) => Err(WriteError::new(
+                        ErrorCode::DataLoss,
+                        format!("the record of batch id {} is corrupt: {what}", req.batch_id),
+                    )),
+                });
                 continue;
             }
             let read_doc = |docs: &redb::Table<&[u8], &[u8]>,
@@ -427,9 +433,12 @@ fn apply_round(
                 ckey.as_slice(),
                 encode_change_names(micros, &names).as_slice(),
             )?;
-            let mut bval = version.to_be_bytes().to_vec();
-            bval.extend_from_slice(&micros.to_be_bytes());
-            batches.insert(bkey.as_slice(), bval.as_slice())?;
+            let record = BatchRecord {
+                version,
+                micros,
+                digest: Some(req.digest),
+            };
+            batches.insert(bkey.as_slice(), record.encode().as_slice())?;
             state.version = version;
             state.last_micros = micros;
             if !touched_versions.contains(db) {
@@ -443,16 +452,29 @@ fn apply_round(
             results.push(Ok(version));
         }
         for db in touched_versions {
-            let v = dbs[&db].version;
-            meta.insert(format!("version/{db}").as_str(), v.to_be_bytes().as_slice())?;
+            let s = &dbs[&db];
+            meta.insert(
+                format!("version/{db}").as_str(),
+                version_record(s.version, s.last_micros).as_slice(),
+            )?;
         }
     }
     txn.commit()?;
     Ok((results, committed))
 }
 
+/// A database's `meta` version record: its last commit version and that commit's time.
+fn version_record(version: u64, micros: i64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&version.to_be_bytes());
+    out[8..].copy_from_slice(&micros.to_be_bytes());
+    out
+}
+
 /// Registers a database's state with the committer (before its first write), creating its
-/// version record so it is listed on restart.
+/// version record so it is listed on restart. Its commit times go on from the latest one
+/// stored (the version record's, or the newest changelog record's), so they never go back
+/// across a restart, whatever the clock did.
 pub fn register_database(
     store: &Store,
     committer: &Committer,
@@ -464,17 +486,34 @@ pub fn register_database(
     if dbs.contains_key(db) {
         return Ok(());
     }
+    let mut last_micros = 0;
     let txn = store.db.begin_write()?;
     {
         let mut meta = txn.open_table(META)?;
         let key = format!("version/{db}");
-        if meta.get(key.as_str())?.is_none() {
-            meta.insert(key.as_str(), version.to_be_bytes().as_slice())?;
-            meta.insert(
-                format!("indexes/{db}").as_str(),
-                catalog.file().to_json().as_bytes(),
-            )?;
+        let stored = meta.get(key.as_str())?.map(|v| v.value().to_vec());
+        match stored {
+            Some(v) => {
+                // Records written before commit times were kept hold the version alone.
+                last_micros = v.get(8..).map_or(0, |t| read_u64(t) as i64);
+            }
+            None => {
+                meta.insert(key.as_str(), version_record(version, 0).as_slice())?;
+                meta.insert(
+                    format!("indexes/{db}").as_str(),
+                    catalog.file().to_json().as_bytes(),
+                )?;
+            }
         }
+        let changelog = txn.open_table(CHANGELOG)?;
+        let prefix = db_prefix(db);
+        let end = prefix_end(&prefix).expect("a database prefix has an end");
+        let newest = changelog
+            .range(prefix.as_slice()..end.as_slice())?
+            .next_back()
+            .transpose()?
+            .map(|(_, v)| change_time(v.value()));
+        last_micros = last_micros.max(newest.unwrap_or(0));
     }
     txn.commit()?;
     dbs.insert(
@@ -482,23 +521,8 @@ pub fn register_database(
         DbState {
             catalog,
             version,
-            last_micros: 0,
+            last_micros,
         },
     );
-    Ok(())
-}
-
-/// Deletes changelog and batch records older than `retention` for every database, in one
-/// transaction.
-pub fn prune(store: &Store, retention: Duration) -> Result<(), StoreError> {
-    let cutoff = now_micros() - retention.as_micros() as i64;
-    let txn = store.db.begin_write()?;
-    {
-        let mut changelog = txn.open_table(CHANGELOG)?;
-        changelog.retain(|_, v| super::store::change_time(v) >= cutoff)?;
-        let mut batches = txn.open_table(BATCHES)?;
-        batches.retain(|_, v| v.len() < 16 || read_u64(&v[8..]) as i64 >= cutoff)?;
-    }
-    txn.commit()?;
     Ok(())
 }

@@ -13,7 +13,8 @@
 //! The rest of the crate: [`Config`] (`config`), the shared state [`Relay`] (`state`),
 //! [`run`], the accept loop with its drain (`server`), the database policy (`databases`),
 //! the fan-out thread (`fanout_thread`), index backfills and `--auto-index` (`indexes`),
-//! [`auth`], [`metrics`] and [`outbound`].
+//! write idempotency records (`idempotency`), changelog pruning (`retention`), [`auth`],
+//! [`metrics`] and [`outbound`].
 
 pub mod auth;
 pub mod commit;
@@ -22,9 +23,11 @@ pub mod conn;
 mod databases;
 pub mod fanout;
 mod fanout_thread;
+mod idempotency;
 mod indexes;
 pub mod metrics;
 pub mod outbound;
+mod retention;
 mod server;
 mod state;
 pub mod store;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::commit;
 use crate::conn;
+use crate::retention::prune;
 use crate::state::{Relay, RelayError};
 use crate::store::Store;
 
@@ -45,7 +45,7 @@ pub async fn run(
             let r = prune_relay.clone();
             let retention = r.config().changelog_retention;
             r.committer().run_job(Box::new(move |store: &Store| {
-                if let Err(e) = commit::prune(store, retention) {
+                if let Err(e) = prune(store, retention) {
                     tracing::warn!(error = %e, "changelog pruning failed");
                 }
             }));

@@ -7,12 +7,19 @@
 //! index       db · index entry key                       (empty)
 //! changelog   db · version(u64 BE)                       commit time µs(i64 BE) · names
 //! batches     db · string(client_id) · batch_id(u64 BE)  version(u64 BE) · commit time µs
-//! meta        "version/<db>"                              last commit version (u64 BE)
+//!                                                        · digest (`crate::idempotency`)
+//! meta        "version/<db>"                              last commit version (u64 BE) ·
+//!                                                        its commit time µs (i64 BE)
 //!             "indexes/<db>"                              index file JSON the entries follow
 //! ```
 //! `db` is the database name written as an escaped, terminated key string, so one database's
 //! rows are one contiguous key range in every table. Keys after `db` are the core's
 //! (`core::index::keys`), which is why the same query engine runs here and in IndexedDB.
+//!
+//! Every commit version has one changelog record (its changed names, possibly none), and
+//! pruning takes records from the oldest on (`crate::retention`): the changelog covers
+//! every commit after the version before its first record. Records written before the
+//! version record kept its commit time hold the version alone (8 bytes), and still load.
 //!
 //! Architecture invariant: documents and their index entries change only together, in one
 //! write transaction, so a crash leaves them consistent (`hearth-relay check` verifies it).
@@ -330,35 +337,36 @@ impl DatabaseView<'_> {
             .map_or(0, |v| read_u64(v.value())))
     }
 
-    /// The oldest version whose changelog record is retained, if any.
-    pub fn oldest_change(&self) -> Result<Option<u64>, StoreError> {
-        let end = prefix_end(&self.prefix).expect("prefix end");
-        let first = self
-            .snap
-            .changelog
-            .range(self.prefix.as_slice()..end.as_slice())?
-            .next()
-            .transpose()?;
-        Ok(first.map(|(k, _)| read_u64(&k.value()[self.prefix.len()..])))
-    }
-
-    /// Names changed by commits in `(after, ..]`, with the versions that changed them.
-    pub fn changes_since(&self, after: u64) -> Result<Vec<(u64, DocumentName)>, StoreError> {
-        let mut from = self.prefix.clone();
-        from.extend_from_slice(&(after + 1).to_be_bytes());
-        let end = prefix_end(&self.prefix).expect("prefix end");
+    /// Names changed by the commits in `(after, through]`, or `None` when the changelog
+    /// does not hold every one of them (pruned, or never had them): then the changes since
+    /// `after` cannot be known from it.
+    pub fn changes_between(
+        &self,
+        after: u64,
+        through: u64,
+    ) -> Result<Option<Vec<DocumentName>>, StoreError> {
+        if through <= after {
+            return Ok(Some(Vec::new()));
+        }
+        let key = |version: u64| [self.prefix.as_slice(), &version.to_be_bytes()].concat();
+        let (from, to) = (key(after.saturating_add(1)), key(through));
+        let mut expected = after.saturating_add(1);
         let mut out = Vec::new();
-        for row in self.snap.changelog.range(from.as_slice()..end.as_slice())? {
+        for row in self.snap.changelog.range(from.as_slice()..=to.as_slice())? {
             let (k, v) = row?;
             let version = read_u64(&k.value()[self.prefix.len()..]);
-            for name in decode_change_names(v.value()).map_err(|what| StoreError::Corrupt {
-                db: self.name.clone(),
-                what,
-            })? {
-                out.push((version, name));
+            if version != expected {
+                return Ok(None);
             }
+            expected = expected.saturating_add(1);
+            out.extend(
+                decode_change_names(v.value()).map_err(|what| StoreError::Corrupt {
+                    db: self.name.clone(),
+                    what,
+                })?,
+            );
         }
-        Ok(out)
+        Ok((expected == through.saturating_add(1)).then_some(out))
     }
 
     fn table(&self, table: Table) -> &redb::ReadOnlyTable<&'static [u8], &'static [u8]> {

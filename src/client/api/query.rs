@@ -322,14 +322,13 @@ impl Query {
                     (d, p)
                 });
                 let docs: Vec<_> = docs.collect();
-                let changes = hearth_core::query::view::diff(
-                    &[],
+                let changes = hearth_core::query::view::added(
                     &docs.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
                 );
                 Ok(QuerySnapshot::new(&db, q, docs, changes, false).into())
             } else {
                 let docs = db.engine.query(&q).await?;
-                let changes = hearth_core::query::view::diff(&[], &docs);
+                let changes = hearth_core::query::view::added(&docs);
                 let docs: Vec<_> = docs
                     .into_iter()
                     .map(|d| {

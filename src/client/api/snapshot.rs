@@ -7,6 +7,7 @@ use wasm_bindgen::prelude::*;
 
 use super::{Db, DocumentReference, Query};
 use crate::client::convert::{from_value, map_to_js};
+use crate::client::engine::{show_timestamps, PendingTimestamp, ServerTimestamps};
 use hearth_core::document::Document;
 use hearth_core::path::{DocumentName, FieldPath};
 use hearth_core::query::view::{ChangeType, DocChange};
@@ -52,6 +53,8 @@ pub struct DocumentSnapshot {
     pub(crate) doc: Option<Document>,
     /// Its metadata.
     pub(crate) meta: SnapshotMetadata,
+    /// Its fields holding a pending server timestamp's estimate (with a pending write only).
+    pub(crate) timestamps: Rc<[PendingTimestamp]>,
 }
 
 impl DocumentSnapshot {
@@ -62,11 +65,17 @@ impl DocumentSnapshot {
         pending: bool,
         cache: bool,
     ) -> DocumentSnapshot {
+        let timestamps = if pending && doc.is_some() {
+            db.engine.pending_timestamps(&name).into()
+        } else {
+            Rc::from([])
+        };
         DocumentSnapshot {
             db: db.clone(),
             name,
             doc,
             meta: SnapshotMetadata { pending, cache },
+            timestamps,
         }
     }
 }
@@ -90,16 +99,31 @@ impl DocumentSnapshot {
     }
 
     /// The fields as a plain object, or `undefined` when the document does not exist.
-    pub fn data(&self) -> JsValue {
-        match &self.doc {
-            Some(d) => map_to_js(&d.fields),
+    /// `options.serverTimestamps` says how a server timestamp still pending shows:
+    /// `'none'` (the default: `null`), `'estimate'` (the local clock's) or `'previous'` (the
+    /// value before the write, or `null`).
+    pub fn data(&self, options: Option<Object>) -> Result<JsValue, JsValue> {
+        let mode = server_timestamps(options.as_ref())?;
+        Ok(match &self.doc {
+            Some(d) if self.timestamps.is_empty() => map_to_js(&d.fields),
+            Some(d) => map_to_js(&show_timestamps(&d.fields, &self.timestamps, mode)),
             None => JsValue::UNDEFINED,
-        }
+        })
     }
 
-    /// One field by path (string or FieldPath), or `undefined`.
-    pub fn get(&self, field: JsValue) -> Result<JsValue, JsValue> {
+    /// One field by path (string or FieldPath), or `undefined`; `options` as for `data`.
+    pub fn get(&self, field: JsValue, options: Option<Object>) -> Result<JsValue, JsValue> {
         let path = crate::client::convert::field_path_arg(&field)?;
+        let mode = server_timestamps(options.as_ref())?;
+        if let (Some(d), false) = (&self.doc, self.timestamps.is_empty()) {
+            let shown = Document {
+                fields: std::sync::Arc::new(show_timestamps(&d.fields, &self.timestamps, mode)),
+                ..d.clone()
+            };
+            return Ok(shown
+                .field(&path)
+                .map_or(JsValue::UNDEFINED, |v| from_value(&v)));
+        }
         Ok(self
             .field(&path)
             .map_or(JsValue::UNDEFINED, |v| from_value(&v)))
@@ -204,7 +228,13 @@ impl QuerySnapshot {
     /// as `{ type, doc, oldIndex, newIndex }` with -1 for a missing index.
     #[wasm_bindgen(js_name = docChanges)]
     pub fn doc_changes(&self) -> Array {
-        let pending = |n: &DocumentName| self.docs.iter().any(|(d, p)| d.name == *n && *p);
+        let pending_names: std::collections::HashSet<&DocumentName> = self
+            .docs
+            .iter()
+            .filter(|(_, p)| *p)
+            .map(|(d, _)| &d.name)
+            .collect();
+        let pending = |n: &DocumentName| pending_names.contains(n);
         self.changes
             .iter()
             .map(|c| {
@@ -251,5 +281,23 @@ impl AggregateQuerySnapshot {
             let _ = Reflect::set(&o, &k.into(), &from_value(v));
         }
         o.into()
+    }
+}
+
+/// The `serverTimestamps` option of `data()` / `get()` (absent: `'none'`).
+fn server_timestamps(options: Option<&Object>) -> Result<ServerTimestamps, JsValue> {
+    let Some(options) = options else {
+        return Ok(ServerTimestamps::None);
+    };
+    let v = Reflect::get(options, &"serverTimestamps".into())?;
+    match v.as_string().as_deref() {
+        None if v.is_undefined() => Ok(ServerTimestamps::None),
+        Some("none") => Ok(ServerTimestamps::None),
+        Some("estimate") => Ok(ServerTimestamps::Estimate),
+        Some("previous") => Ok(ServerTimestamps::Previous),
+        _ => Err(crate::client::error::ClientError::invalid(
+            "serverTimestamps must be 'estimate', 'previous' or 'none'",
+        )
+        .to_js()),
     }
 }

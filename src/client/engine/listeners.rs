@@ -3,7 +3,7 @@
 //! the relay's targets and the write queue decide. Callbacks are queued in the outbox and run
 //! by `flush` only once no engine state is borrowed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use super::Engine;
@@ -12,7 +12,7 @@ use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::validate;
-use hearth_core::query::view::{diff, ChangeType, DocChange, View};
+use hearth_core::query::view::{ChangeType, DocChange, View};
 use hearth_core::value::Value;
 
 /// What a listener receives.
@@ -185,7 +185,7 @@ impl Engine {
         };
         let before = before.unwrap_or_else(|| view.documents().to_vec());
         view.reset(docs);
-        let changes = diff(&before, view.documents());
+        let changes = view.diff(&before, view.documents());
         self.raise_query(l, &before, changes, &pending_names);
     }
 
@@ -228,16 +228,21 @@ impl Engine {
             return;
         };
         let docs = view.documents().to_vec();
+        // A modification is a data change only if the fields differ (a document cannot move
+        // without a field changing, so dropping one leaves the others' indexes right).
+        let was: HashMap<&DocumentName, &Document> =
+            if changes.iter().any(|c| c.kind == ChangeType::Modified) {
+                before.iter().map(|d| (&d.name, d)).collect()
+            } else {
+                HashMap::new()
+            };
         let mut changes: Vec<DocChange> = changes
             .into_iter()
             .filter(|c| {
-                let same_data = c.kind == ChangeType::Modified
-                    && c.old_index == c.new_index
-                    && before
-                        .iter()
-                        .find(|d| d.name == c.doc.name)
-                        .is_some_and(|d| d.fields == c.doc.fields);
-                !same_data
+                c.kind != ChangeType::Modified
+                    || was
+                        .get(&c.doc.name)
+                        .is_none_or(|d| d.fields != c.doc.fields)
             })
             .collect();
         let pending: Vec<bool> = docs
@@ -260,11 +265,14 @@ impl Engine {
         if l.include_metadata && !first {
             // Appended after the data changes, a document's metadata change is a `modified`
             // at its final index (old = new): the list is already the new result there.
+            let in_before: HashSet<&DocumentName> = before.iter().map(|d| &d.name).collect();
+            let in_changes: HashSet<DocumentName> =
+                changes.iter().map(|c| c.doc.name.clone()).collect();
             for (i, d) in docs.iter().enumerate() {
                 let was_pending = l.last_pending.contains(&d.name);
                 if was_pending != pending[i]
-                    && before.iter().any(|b| b.name == d.name)
-                    && !changes.iter().any(|c| c.doc.name == d.name)
+                    && in_before.contains(&d.name)
+                    && !in_changes.contains(&d.name)
                 {
                     metadata_changed = true;
                     changes.push(DocChange {

@@ -50,10 +50,12 @@ mod listeners;
 mod pending;
 mod queue;
 mod server;
+mod timestamps;
 
 pub use self::listeners::ListenEvent;
 use self::listeners::{Callback, Listener};
 pub use self::queue::Batch;
+pub use self::timestamps::{show_timestamps, PendingTimestamp, ServerTimestamps};
 
 /// A callback slot the sync layer fills.
 pub type Hook<F> = RefCell<Option<Box<F>>>;
@@ -76,10 +78,17 @@ pub struct Engine {
     pub synced: bool,
     /// The last batch id handed out, so ids keep increasing (see `next_batch_id`).
     batch_seq: Cell<u64>,
-    /// This context's tag in its batch ids (see `next_batch_id`).
+    /// This context's tag in its batch ids (see `next_batch_id`): claimed with a Web Lock
+    /// so that no other live context of the origin has it.
     batch_tag: u8,
+    /// Releases the Web Lock on `batch_tag`.
+    tag_lock: RefCell<Option<js_sys::Function>>,
     /// Pending batches, oldest first: this context's copy of the stored `mutations` store.
     queue: RefCell<Vec<Batch>>,
+    /// Documents with pending writes whose server state arrived while they were pending:
+    /// when their batch is acknowledged, the order of that state and the commit is unknown
+    /// (see `acknowledge`).
+    received_while_pending: RefCell<HashSet<DocumentName>>,
     /// Promises waiting on a batch's answer, by batch id.
     waiters: RefCell<HashMap<u64, Vec<Settle>>>,
     /// The last write ticket handed out (see `pending`).
@@ -173,6 +182,11 @@ impl Engine {
         queue.sort_by_key(|b| b.id);
         let seq = queue.last().map_or(0, |b| b.id);
         let catalog = IndexCatalog::from_file(&file);
+        let random_tag = (js_sys::Math::random() * 128.0) as u8 & 0x7f;
+        let (batch_tag, tag_lock) = match crate::client::tabs::claim_tag(name, random_tag).await {
+            Some((tag, release)) => (tag, Some(release)),
+            None => (random_tag, None),
+        };
         // Records whose index keys follow other definitions (or schema 1's, which kept none
         // in the record) are rewritten before anything reads them.
         let indexed = store.get_meta(META_INDEXED).await?;
@@ -186,8 +200,10 @@ impl Engine {
             client_id,
             synced,
             batch_seq: Cell::new(seq),
-            batch_tag: (js_sys::Math::random() * 128.0) as u8 & 0x7f,
+            batch_tag,
+            tag_lock: RefCell::new(tag_lock),
             queue: RefCell::new(queue),
+            received_while_pending: RefCell::new(HashSet::new()),
             waiters: RefCell::new(HashMap::new()),
             tickets_issued: Cell::new(0),
             landing: RefCell::new(BTreeSet::new()),
@@ -323,8 +339,10 @@ impl Engine {
             settle(Err(closed()));
         }
         self.listeners.borrow_mut().clear();
-        if let Some(release) = self.open_lock.borrow_mut().take() {
-            let _ = release.call0(&wasm_bindgen::JsValue::UNDEFINED);
+        for lock in [&self.open_lock, &self.tag_lock] {
+            if let Some(release) = lock.borrow_mut().take() {
+                let _ = release.call0(&wasm_bindgen::JsValue::UNDEFINED);
+            }
         }
         self.store.close();
     }

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use super::server::{decode_remote, encode_remote, remote_is_unknown, REMOTE_UNKNOWN};
+use super::timestamps::previous_values;
 use super::{now_micros, Engine, Settle};
 use crate::client::cache::stored_bytes;
 use crate::client::error::ClientError;
@@ -16,11 +17,26 @@ use hearth_core::document::Document;
 use hearth_core::encoding::document::decode_document;
 use hearth_core::index::keys::document_key;
 use hearth_core::kv::Table;
-use hearth_core::mutation::{ApplyContext, Mutation, UnknownBase};
-use hearth_core::path::DocumentName;
+use hearth_core::mutation::{ApplyContext, Mutation, MutationKind, UnknownBase};
+use hearth_core::path::{DocumentName, FieldPath};
 use hearth_core::protocol::codec::{decode_mutation, encode_mutation};
 use hearth_core::query::execute::fetch;
 use hearth_core::value::Timestamp;
+use hearth_core::value::Value;
+
+/// Whether mutation `m`'s result is the same whatever the document was: a whole `set`
+/// without transforms, or a delete (a precondition decides only whether it applies).
+fn writes_whole_document(m: &Mutation) -> bool {
+    use hearth_core::mutation::SetMerge;
+    m.transforms.is_empty()
+        && matches!(
+            m.kind,
+            MutationKind::Set {
+                merge: SetMerge::Overwrite,
+                ..
+            } | MutationKind::Delete
+        )
+}
 
 /// One pending write batch.
 #[derive(Clone, Debug)]
@@ -29,6 +45,9 @@ pub struct Batch {
     pub id: u64,
     /// The writes, applied in order and committed together.
     pub mutations: Vec<Mutation>,
+    /// For each server timestamp transform (the index of its mutation, its field): the
+    /// field's value before the mutation, for `serverTimestamps: 'previous'`.
+    pub previous: Vec<(usize, FieldPath, Option<Value>)>,
 }
 
 impl Batch {
@@ -46,6 +65,23 @@ impl Batch {
             encode_mutation(m, &mut b);
             out.extend_from_slice(&(b.len() as u32).to_be_bytes());
             out.extend_from_slice(&b);
+        }
+        if !self.previous.is_empty() {
+            // Then the previous values, as update mutations of one field each (the
+            // mutation codec carries a path and an optional value): their number, then each
+            // one's mutation index, length and encoding. Batches without are as before.
+            out.extend_from_slice(&(self.previous.len() as u32).to_be_bytes());
+            for (i, path, value) in &self.previous {
+                let carrier = Mutation::update(
+                    self.mutations[*i].name.clone(),
+                    vec![(path.clone(), value.clone())],
+                );
+                let mut b = Vec::new();
+                encode_mutation(&carrier, &mut b);
+                out.extend_from_slice(&(*i as u32).to_be_bytes());
+                out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+                out.extend_from_slice(&b);
+            }
         }
         out
     }
@@ -71,7 +107,35 @@ impl Batch {
             mutations.push(decode_mutation(b).map_err(|_| corrupt())?);
             at += len;
         }
-        Ok(Batch { id, mutations })
+        let mut previous = Vec::new();
+        if at < bytes.len() {
+            let k = take(bytes, at).ok_or_else(corrupt)? as usize;
+            at += 4;
+            for _ in 0..k {
+                let i = take(bytes, at).ok_or_else(corrupt)? as usize;
+                let len = take(bytes, at + 4).ok_or_else(corrupt)? as usize;
+                at += 8;
+                let b = bytes.get(at..at + len).ok_or_else(corrupt)?;
+                at += len;
+                let carrier = decode_mutation(b).map_err(|_| corrupt())?;
+                let MutationKind::Update { mut fields } = carrier.kind else {
+                    return Err(corrupt());
+                };
+                if i >= mutations.len() || fields.len() != 1 {
+                    return Err(corrupt());
+                }
+                let (path, value) = fields.remove(0);
+                previous.push((i, path, value));
+            }
+        }
+        if at != bytes.len() {
+            return Err(corrupt());
+        }
+        Ok(Batch {
+            id,
+            mutations,
+            previous,
+        })
     }
 }
 
@@ -114,13 +178,19 @@ impl Engine {
 
     /// A new batch id, increasing. Tabs and workers of one origin share the client id, and the
     /// relay takes a batch id it has seen from that client as a retry: so ids are
-    /// `ms << 11 | tag << 4 | n`, with this context's random 7-bit `tag`. Two contexts collide
-    /// only when both write in the same millisecond with the same tag (1 in 128). Ids stay
-    /// below 2^53 (exact as IndexedDB number keys) until 2109, and above schema-1 ids
-    /// (`ms << 10`). Transactions' commits take their ids from this sequence too.
+    /// `ms << 11 | tag << 4 | n`, with this context's 7-bit `tag`, which no other live context
+    /// of the origin holds (a Web Lock, see `tabs::claim_tag`; random where Web Locks are
+    /// missing). More than 16 ids in one millisecond move on to the next millisecond rather
+    /// than into another tag. Ids stay below 2^53 (exact as IndexedDB number keys) until
+    /// 2109, and above schema-1 ids (`ms << 10`). Transactions' commits take their ids from
+    /// this sequence too. The relay refuses an id reused for a different batch.
     pub fn next_batch_id(&self) -> u64 {
-        let time_based = ((js_sys::Date::now() as u64) << 11) | (u64::from(self.batch_tag) << 4);
-        let id = time_based.max(self.batch_seq.get() + 1);
+        let tag = u64::from(self.batch_tag) << 4;
+        let time_based = ((js_sys::Date::now() as u64) << 11) | tag;
+        let mut id = time_based.max(self.batch_seq.get() + 1);
+        if id & (0x7f << 4) != tag {
+            id = (((id >> 11) + 1) << 11) | tag;
+        }
         self.batch_seq.set(id);
         id
     }
@@ -165,10 +235,34 @@ impl Engine {
         for m in &mutations {
             m.validate()?;
         }
+        if self.synced {
+            // A batch the relay cannot take in one frame would be sent, refused with the
+            // connection, and sent again on every reconnection, forever, with every later
+            // write queued behind it: it is refused here instead.
+            let bytes = hearth_core::protocol::codec::encode_client(
+                &hearth_core::protocol::ClientMessage::Write {
+                    request_id: u64::MAX,
+                    batch_id: u64::MAX,
+                    mutations: mutations.clone(),
+                    reads: Vec::new(),
+                },
+            )
+            .len();
+            if bytes > hearth_core::protocol::MAX_FRAME_BYTES {
+                return Err(ClientError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "the batch is {bytes} bytes encoded, over the relay's limit of {} bytes for one message: split it into smaller batches",
+                        hearth_core::protocol::MAX_FRAME_BYTES
+                    ),
+                ));
+            }
+        }
         let guard = self.lock.lock().await;
-        let batch = Batch {
+        let mut batch = Batch {
             id: self.next_batch_id(),
             mutations,
+            previous: Vec::new(),
         };
         let ctx = ApplyContext {
             commit_version: 0,
@@ -233,12 +327,18 @@ impl Engine {
         }
         let mut touched: Vec<Touched> = Vec::new();
         let mut position: HashMap<DocumentName, usize> = HashMap::new();
-        for m in &batch.mutations {
+        let mut previous = Vec::new();
+        for (at, m) in batch.mutations.iter().enumerate() {
             let pos = position.get(&m.name).copied();
             let (base, is_unknown) = match pos {
                 Some(i) => (touched[i].new.clone(), touched[i].unknown),
                 None => (bases.remove(&m.name).flatten(), unknown.contains(&m.name)),
             };
+            previous.extend(
+                previous_values(base.as_ref(), m)
+                    .into_iter()
+                    .map(|(path, value)| (at, path, value)),
+            );
             let (new, still_unknown) = if is_unknown {
                 match m.apply_to_unknown(&ctx)? {
                     UnknownBase::Stays => (None, true),
@@ -264,6 +364,7 @@ impl Engine {
                 }
             }
         }
+        batch.previous = previous;
         let mut ops = Vec::with_capacity(touched.len() + 1);
         // The local document equals the server's when it has no pending write: it becomes the
         // base to rebuild from, unless one is already kept.
@@ -355,14 +456,29 @@ impl Engine {
         Ok(batch)
     }
 
-    /// The relay acknowledged `batch_id` at `version`.
+    /// The relay acknowledged `batch_id` at `version`. Returns the documents whose local
+    /// view is now only an estimate of the server's, for the sync layer to read again.
+    ///
+    /// For each document the batch wrote: when the server's state at or after the commit has
+    /// arrived already (a listen can deliver the committed document before the
+    /// acknowledgement), the local view is rebuilt over it without the batch, which it
+    /// contains (re-applying it would count an increment twice). Otherwise the local view
+    /// stays; it is exact when the batch wrote the document whole (a `set` without
+    /// transforms, a delete) and no server state arrived while it was pending, and an
+    /// estimate in every other case (a merge or update over a possibly older base, a
+    /// transform, a deletion received meanwhile whose order against the commit is unknown).
     pub async fn acknowledge(
         self: &Rc<Self>,
         batch_id: u64,
         version: u64,
-    ) -> Result<(), ClientError> {
-        let found = self.queued_names(batch_id);
-        let Some(names) = found else {
+    ) -> Result<Vec<DocumentName>, ClientError> {
+        let found = self
+            .queue
+            .borrow()
+            .iter()
+            .find(|b| b.id == batch_id)
+            .cloned();
+        let Some(batch) = found else {
             // Another context (sharing the queue) already took this acknowledgement; the
             // stored batch goes too, should this context's queue have missed it.
             self.store
@@ -372,7 +488,7 @@ impl Engine {
                 }])
                 .await?;
             self.settle_waiters(batch_id, Ok(version));
-            return Ok(());
+            return Ok(Vec::new());
         };
         let guard = self.lock.lock().await;
         self.queue.borrow_mut().retain(|b| b.id != batch_id);
@@ -380,28 +496,58 @@ impl Engine {
             store: Store::Mutations,
             key: Key::Number(batch_id as f64),
         }];
-        for n in &names {
-            if !self.has_pending(n) {
-                // No batch is pending on it: the local view is now the server's (until the
-                // relay sends the committed document, which replaces it).
+        let mut changed = Vec::new();
+        let mut stale = Vec::new();
+        for n in batch.names() {
+            let key = document_key(&n);
+            let read = self.store.read().await?;
+            let remote = read.get_remote(&key).await?;
+            let local = fetch(&read, &n).await?;
+            drop(read);
+            let base = match &remote {
+                Some(b) if !remote_is_unknown(b) => Some(decode_remote(b)?),
+                _ => None,
+            };
+            let received = self.received_while_pending.borrow_mut().remove(&n);
+            match base {
+                Some(Some(doc)) if doc.update_version >= version => {
+                    let rebuilt = self.rebuild(&n, Some(doc))?;
+                    if rebuilt != local {
+                        ops.push(self.doc_op(&n, rebuilt.as_ref())?);
+                    }
+                    changed.push((n.clone(), rebuilt));
+                }
+                _ => {
+                    let whole = batch
+                        .mutations
+                        .iter()
+                        .filter(|m| m.name == n)
+                        .all(writes_whole_document);
+                    if received || !whole {
+                        stale.push(n.clone());
+                    }
+                    changed.push((n.clone(), local));
+                }
+            }
+            if self.has_pending(&n) {
+                if received {
+                    self.received_while_pending.borrow_mut().insert(n);
+                }
+            } else {
                 ops.push(WriteOp::Delete {
                     store: Store::Remote,
-                    key: Key::Bytes(document_key(n)),
+                    key: Key::Bytes(key),
                 });
             }
         }
         self.store.write(ops).await?;
         drop(guard);
-        let mut changed = Vec::new();
-        for n in names {
-            changed.push((n.clone(), self.local_doc(&n).await?));
-        }
         self.local_changed(&changed).await;
         self.settle_waiters(batch_id, Ok(version));
         if let Some(hook) = self.on_settled.borrow().as_ref() {
             hook(batch_id, &Ok(version));
         }
-        Ok(())
+        Ok(stale)
     }
 
     /// The documents batch `batch_id` writes, if it is in this context's queue.

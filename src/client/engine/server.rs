@@ -83,6 +83,9 @@ impl Engine {
                     })
                     .transpose()?;
                 let local = if pending.contains(&name) {
+                    self.received_while_pending
+                        .borrow_mut()
+                        .insert(name.clone());
                     ops.push(WriteOp::Put {
                         store: Store::Remote,
                         key: Key::Bytes(document_key(&name)),
@@ -90,7 +93,14 @@ impl Engine {
                     });
                     self.rebuild(&name, server)?
                 } else {
-                    server
+                    match (&old, server) {
+                        // An older state than the one held (a read and a listen can answer
+                        // out of order): the newer one stays.
+                        (Some(o), Some(s)) if s.update_version < o.update_version => {
+                            continue;
+                        }
+                        (_, server) => server,
+                    }
                 };
                 if old != local {
                     ops.push(self.doc_op(&name, local.as_ref())?);

@@ -6,7 +6,7 @@ use hearth_core::error::ErrorCode;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use super::{Sync, Target};
+use super::{ReceivedSnapshot, Sync, Target};
 use crate::client::engine::Batch;
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
@@ -100,7 +100,9 @@ impl Sync {
                 self.writes.borrow_mut().remove(&request_id);
                 if let Some(engine) = self.engine() {
                     wasm_bindgen_futures::spawn_local(async move {
-                        let _ = engine.acknowledge(batch_id, version).await;
+                        if let Ok(stale) = engine.acknowledge(batch_id, version).await {
+                            self.refresh(stale).await;
+                        }
                     });
                 }
             }
@@ -115,7 +117,38 @@ impl Sync {
                 }
             }
             ServerMessage::Snapshot { version } => {
-                wasm_bindgen_futures::spawn_local(async move { self.on_snapshot(version).await });
+                // The changes it makes consistent are taken now, before a later message adds
+                // to them; snapshots are applied one at a time, in order.
+                let targets = self
+                    .targets
+                    .borrow_mut()
+                    .iter_mut()
+                    .filter(|(_, t)| t.answered)
+                    .map(|(id, t)| (*id, std::mem::take(&mut t.buffered)))
+                    .collect();
+                self.snapshots
+                    .borrow_mut()
+                    .push_back(ReceivedSnapshot { version, targets });
+                if !self.applying.replace(true) {
+                    wasm_bindgen_futures::spawn_local(async move {
+                        loop {
+                            let next = self.snapshots.borrow_mut().pop_front();
+                            let Some(snapshot) = next else { break };
+                            if let Err(e) = self.clone().on_snapshot(snapshot).await {
+                                // The targets keep their earlier resume versions: the
+                                // reconnection asks the relay again from there.
+                                web_sys::console::warn_1(
+                                    &format!("hearth: applying a relay snapshot failed ({e}); reconnecting to fetch it again").into(),
+                                );
+                                self.snapshots.borrow_mut().clear();
+                                if self.open.get() {
+                                    self.drop_socket();
+                                }
+                            }
+                        }
+                        self.applying.set(false);
+                    });
+                }
             }
             ServerMessage::Heartbeat { .. } => {}
             ServerMessage::GetResult { request_id, .. }
@@ -168,21 +201,27 @@ impl Sync {
         }
     }
 
-    /// A Snapshot: the buffered changes of answered targets enter the local view, documents
-    /// that left a result are read again (limbo), resume versions are stored, and the
-    /// targets' listeners go current.
-    async fn on_snapshot(self: Rc<Self>, version: u64) {
-        let Some(engine) = self.engine() else { return };
+    /// A Snapshot: the changes of its targets enter the local view, documents that left a
+    /// result are read again (limbo), and only once all of that is stored are the targets'
+    /// resume versions stored and their listeners current. An error leaves the resume
+    /// versions where they were, so the changes are asked for again.
+    async fn on_snapshot(self: Rc<Self>, snapshot: ReceivedSnapshot) -> Result<(), ClientError> {
+        let Some(engine) = self.engine() else {
+            return Ok(());
+        };
+        let version = snapshot.version;
         let mut upserts: Vec<(DocumentName, Option<Document>)> = Vec::new();
         let mut limbo: BTreeSet<DocumentName> = BTreeSet::new();
         let mut current = Vec::new();
-        let mut persist = Vec::new();
         // Targets that got a complete result: (query, its documents).
         let mut resets: Vec<(Query, BTreeSet<DocumentName>)> = Vec::new();
         {
             let mut targets = self.targets.borrow_mut();
-            for (id, t) in targets.iter_mut().filter(|(_, t)| t.answered) {
-                let buffered = std::mem::take(&mut t.buffered);
+            for (id, buffered) in snapshot.targets {
+                // A target unlistened since is skipped; its documents stay as they are.
+                let Some(t) = targets.get_mut(&id) else {
+                    continue;
+                };
                 for (kind, changes) in buffered {
                     if kind == TargetChangeKind::Reset {
                         let fresh: BTreeSet<DocumentName> = changes
@@ -210,38 +249,73 @@ impl Sync {
                         }
                     }
                 }
-                t.resume = Some(version);
-                current.push(*id);
-                persist.push(WriteOp::Put {
-                    store: Store::Targets,
-                    key: Key::Bytes(t.key.clone()),
-                    value: version.to_be_bytes().to_vec(),
-                });
+                current.push(id);
             }
         }
         // Cached documents the local view still shows for a reset target (e.g. after a reload,
         // or changes missed while offline) but the relay's result lacks are read again.
         for (query, fresh) in resets {
-            if let Ok(local) = engine.query(&query).await {
-                limbo.extend(
-                    local
-                        .into_iter()
-                        .map(|d| d.name)
-                        .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
-                );
-            }
+            let local = engine.query(&query).await?;
+            limbo.extend(
+                local
+                    .into_iter()
+                    .map(|d| d.name)
+                    .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
+            );
         }
-        let _ = engine.server_documents(upserts).await;
+        engine.server_documents(upserts).await?;
         if !limbo.is_empty() {
             // Documents that left a result: deleted, or changed so they no longer match.
             // A read tells which; until it answers the local copy stays.
             let names: Vec<DocumentName> = limbo.into_iter().collect();
-            if let Ok(ServerMessage::GetResult { documents, .. }) = self.request_get(names).await {
-                let _ = engine.server_documents(documents).await;
+            match self.request_get(names).await? {
+                ServerMessage::GetResult { documents, .. } => {
+                    engine.server_documents(documents).await?;
+                }
+                _ => {
+                    return Err(ClientError::new(
+                        ErrorCode::Internal,
+                        "unexpected reply to a read",
+                    ))
+                }
             }
         }
-        let _ = engine.store.write(persist).await;
+        let mut persist = Vec::new();
+        {
+            let mut targets = self.targets.borrow_mut();
+            for id in &current {
+                if let Some(t) = targets.get_mut(id) {
+                    t.resume = Some(version);
+                    persist.push(WriteOp::Put {
+                        store: Store::Targets,
+                        key: Key::Bytes(t.key.clone()),
+                        value: version.to_be_bytes().to_vec(),
+                    });
+                }
+            }
+        }
+        engine.store.write(persist).await?;
         engine.targets_current(&current);
+        Ok(())
+    }
+
+    /// Reads documents whose local view after an acknowledgement is only an estimate (see
+    /// `Engine::acknowledge`) from the relay, unless a listen keeps them current anyway.
+    pub(super) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
+        let names: Vec<DocumentName> = {
+            let targets = self.targets.borrow();
+            names
+                .into_iter()
+                .filter(|n| !targets.values().any(|t| t.docs.contains(n)))
+                .collect()
+        };
+        if names.is_empty() {
+            return;
+        }
+        let Some(engine) = self.engine() else { return };
+        if let Ok(ServerMessage::GetResult { documents, .. }) = self.request_get(names).await {
+            let _ = engine.server_documents(documents).await;
+        }
     }
 
     /// Sends a queued batch (if the socket is welcomed; else the next Welcome sends it).
@@ -259,7 +333,18 @@ impl Sync {
     }
 
     /// Gives listener `listener` a relay target, resuming from a stored version if any.
-    pub(super) fn listen(&self, listener: u64, query: Query) {
+    ///
+    /// A query with an offset depends on the documents it skips, which its result does not
+    /// show: its target is the query without the offset and with the offset added to its
+    /// limit, so the cache holds the skipped documents too and the local view (which runs
+    /// the query with its offset) moves its window when one of them changes.
+    pub(super) fn listen(&self, listener: u64, mut query: Query) {
+        if query.offset > 0 {
+            query.limit = query
+                .limit
+                .map(|n| n.saturating_add(i64::try_from(query.offset).unwrap_or(i64::MAX)));
+            query.offset = 0;
+        }
         let target_id = self.next_target.get();
         self.next_target.set(target_id + 1);
         let mut key = Vec::new();

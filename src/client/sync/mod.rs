@@ -123,6 +123,19 @@ pub struct Sync {
     open_waiters: RefCell<Vec<OpenWaiter>>,
     /// The global `online`/`offline` handlers, alive as long as the database is open.
     online_handlers: RefCell<Vec<Closure<dyn FnMut(JsValue)>>>,
+    /// Snapshots received and not yet applied, oldest first: applied one at a time, in
+    /// order, so no version is stored before an earlier one is in the cache.
+    snapshots: RefCell<std::collections::VecDeque<ReceivedSnapshot>>,
+    /// Whether a task is applying `snapshots`.
+    applying: Cell<bool>,
+}
+
+/// A Snapshot with the target changes it makes consistent, taken when it arrived.
+struct ReceivedSnapshot {
+    /// The version every answered target is now consistent at.
+    version: u64,
+    /// The changes of each answered target since the previous Snapshot, by target id.
+    targets: Vec<(u32, Vec<(TargetChangeKind, Vec<DocumentChange>)>)>,
 }
 
 impl Sync {
@@ -164,6 +177,8 @@ impl Sync {
             stored_resume: RefCell::new(stored),
             online_handlers: RefCell::new(Vec::new()),
             open_waiters: RefCell::new(Vec::new()),
+            snapshots: RefCell::new(std::collections::VecDeque::new()),
+            applying: Cell::new(false),
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);

@@ -10,6 +10,7 @@
 //! limited result; it asks for a refill instead.
 
 use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
 
 use super::matcher::Matcher;
 use super::model::{LimitType, Query};
@@ -24,9 +25,10 @@ pub enum ChangeType {
     Removed,
 }
 
-/// One `docChanges()` entry. Indexes follow Firestore: removals are applied first (each
-/// `old_index` in the list as it is at that moment), then additions and modifications in
-/// result order (`new_index` in the final list).
+/// One `docChanges()` entry. Order and indexes follow Firestore: removals first (in the old
+/// result's order), then additions, then modifications (each in the new result's order);
+/// each change's indexes count the list as the changes before it left it, so replaying them
+/// in order (remove at `old_index`, insert at `new_index`) turns the old result into the new.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DocChange {
     /// Added, modified or removed.
@@ -35,7 +37,7 @@ pub struct DocChange {
     pub doc: Document,
     /// Its position before the change (`None` when added), counted as described above.
     pub old_index: Option<usize>,
-    /// Its position after the change (`None` when removed).
+    /// Its position after the change (`None` when removed), counted as described above.
     pub new_index: Option<usize>,
 }
 
@@ -56,6 +58,8 @@ pub struct View {
     matcher: Matcher,
     /// The current result, in query order (`limitToLast`: in the order the user sees).
     docs: Vec<Document>,
+    /// The names of `docs`, for membership without a scan.
+    names: HashSet<DocumentName>,
     /// The query's limit, if any: a full limited view cannot know the documents past it.
     limit: Option<usize>,
     /// The view holds every matching document (no limit, or fewer than the limit exist).
@@ -70,6 +74,7 @@ impl View {
         let complete = limit.is_none_or(|n| docs.len() < n);
         View {
             matcher: Matcher::new(query),
+            names: docs.iter().map(|d| d.name.clone()).collect(),
             docs,
             limit,
             complete,
@@ -90,64 +95,81 @@ impl View {
 
     /// Whether a change to this document could affect the view (it is in it, or matches now).
     pub fn affected_by(&self, name: &DocumentName, new: Option<&Document>) -> bool {
-        self.position(name).is_some() || new.is_some_and(|d| self.matcher.matches(d))
-    }
-
-    fn position(&self, name: &DocumentName) -> Option<usize> {
-        self.docs.iter().position(|d| d.name == *name)
+        self.names.contains(name) || new.is_some_and(|d| self.matcher.matches(d))
     }
 
     /// Applies the new state of document `name` (`None`: deleted).
     pub fn apply(&mut self, name: &DocumentName, new: Option<&Document>) -> ViewUpdate {
+        self.apply_batch([(name, new)])
+    }
+
+    /// Applies several document changes as one snapshot: the changes are the delta of the
+    /// whole batch (each document at most once; of several states of one document the last
+    /// counts), relative to the result before it. When `needs_refill` is set, the caller
+    /// re-runs the query and passes the result to [`View::reset`], diffing it against the
+    /// result it held before the batch, so that evictions and refills reach the listener too.
+    ///
+    /// Cost: O((n + k) log(n + k)) for a view of n documents and a batch of k changes.
+    pub fn apply_batch<'a>(
+        &mut self,
+        batch: impl IntoIterator<Item = (&'a DocumentName, Option<&'a Document>)>,
+    ) -> ViewUpdate {
+        let mut changed: HashMap<&DocumentName, Option<&Document>> = HashMap::new();
+        for (name, new) in batch {
+            changed.insert(name, new);
+        }
+        if changed.is_empty() {
+            return ViewUpdate::default();
+        }
         if self.matcher.query().offset > 0 {
             // An offset depends on documents before the view, which it does not hold (one
             // leaving shifts the window): any change in the query's collection needs a re-run.
-            let in_source = match &self.matcher.query().source {
-                super::model::Source::Collection(c) => c.contains(name),
-                super::model::Source::CollectionGroup(g) => name.collection_id() == g,
-            };
+            let needs_refill = changed.keys().any(|n| self.in_source(n));
             return ViewUpdate {
                 changes: Vec::new(),
-                needs_refill: in_source,
+                needs_refill,
             };
         }
-        // The new result as a plan over the old one (no document is cloned but the new one).
-        let old_pos = self.position(name);
-        let mut plan: Vec<Slot> = (0..self.docs.len())
-            .filter(|&i| Some(i) != old_pos)
-            .map(Slot::Old)
+        let old = std::mem::take(&mut self.docs);
+        let last_type = self.matcher.query().limit_type;
+        // A full limited view knows nothing past its edge: a document beyond it may sit behind
+        // documents the view has never seen, so only documents up to the edge enter.
+        let edge = match (self.complete, last_type) {
+            (true, _) => None,
+            (false, LimitType::First) => Some(old.last()),
+            (false, LimitType::Last) => Some(old.first()),
+        };
+        let mut entering: Vec<&Document> = changed
+            .values()
+            .filter_map(|d| *d)
+            .filter(|d| self.matcher.matches(d))
+            .filter(|d| match edge {
+                None => true,
+                Some(None) => false,
+                Some(Some(e)) => match last_type {
+                    LimitType::First => self.matcher.compare(d, e) != Ordering::Greater,
+                    LimitType::Last => self.matcher.compare(d, e) != Ordering::Less,
+                },
+            })
             .collect();
-        if let Some(doc) = new.filter(|d| self.matcher.matches(d)) {
-            let p = plan.partition_point(|s| {
-                let x = match s {
-                    Slot::Old(i) => &self.docs[*i],
-                    Slot::New => doc,
-                };
-                self.matcher.compare(x, doc) == Ordering::Less
-            });
-            let last_type = self.matcher.query().limit_type;
-            // Past the known edge of an incomplete view, the document may sit behind others
-            // the view has never seen.
-            let beyond_edge = match last_type {
-                LimitType::First => p == plan.len(),
-                LimitType::Last => p == 0,
-            };
-            // A document of the view that did not move back (a new version, the same sort
-            // key) is still ahead of every document the view has not seen.
-            let stays = old_pos.is_some_and(|i| {
-                let ord = self.matcher.compare(doc, &self.docs[i]);
-                match last_type {
-                    LimitType::First => ord != Ordering::Greater,
-                    LimitType::Last => ord != Ordering::Less,
-                }
-            });
-            if self.complete || !beyond_edge || stays {
-                plan.insert(p, Slot::New);
+        entering.sort_by(|a, b| self.matcher.compare(a, b));
+        // The new result as a plan over the old one: survivors and entering documents merged
+        // in query order (no document is cloned but the entering ones).
+        let mut plan: Vec<Slot> = Vec::with_capacity(old.len() + entering.len());
+        let mut enter = entering.iter().copied().peekable();
+        for (i, d) in old.iter().enumerate() {
+            if changed.contains_key(&d.name) {
+                continue;
             }
+            while let Some(e) = enter.next_if(|e| self.matcher.compare(e, d) == Ordering::Less) {
+                plan.push(Slot::New(e));
+            }
+            plan.push(Slot::Old(i));
         }
+        plan.extend(enter.map(Slot::New));
         if let Some(n) = self.limit {
             if plan.len() > n {
-                match self.matcher.query().limit_type {
+                match last_type {
                     LimitType::First => plan.truncate(n),
                     LimitType::Last => {
                         plan.drain(..plan.len() - n);
@@ -158,48 +180,27 @@ impl View {
         }
         let needs_refill = !self.complete && self.limit.is_some_and(|n| plan.len() < n);
         let changes = {
-            let old: Vec<&Document> = self.docs.iter().collect();
+            let before: Vec<&Document> = old.iter().collect();
             let after: Vec<&Document> = plan
                 .iter()
                 .map(|s| match s {
-                    Slot::Old(i) => &self.docs[*i],
-                    Slot::New => new.expect("a new slot has a document"),
+                    Slot::Old(i) => &old[*i],
+                    Slot::New(d) => *d,
                 })
                 .collect();
-            diff_refs(&old, &after)
+            diff_refs(&self.matcher, &before, &after)
         };
-        let mut old: Vec<Option<Document>> = std::mem::take(&mut self.docs)
-            .into_iter()
-            .map(Some)
-            .collect();
+        let mut old: Vec<Option<Document>> = old.into_iter().map(Some).collect();
         self.docs = plan
             .into_iter()
-            .map(|s| match s {
-                Slot::Old(i) => old[i].take().expect("each old document is placed once"),
-                Slot::New => new.expect("a new slot has a document").clone(),
+            .filter_map(|s| match s {
+                Slot::Old(i) => old[i].take(),
+                Slot::New(d) => Some(d.clone()),
             })
             .collect();
+        self.names = self.docs.iter().map(|d| d.name.clone()).collect();
         ViewUpdate {
             changes,
-            needs_refill,
-        }
-    }
-
-    /// Applies several document changes as one snapshot: the changes are the delta of the
-    /// whole batch (each document at most once), relative to the result before it. When
-    /// `needs_refill` is set, the caller re-runs the query and diffs the refill against the
-    /// result it held before the batch, so that evictions and refills reach the listener too.
-    pub fn apply_batch<'a>(
-        &mut self,
-        batch: impl IntoIterator<Item = (&'a DocumentName, Option<&'a Document>)>,
-    ) -> ViewUpdate {
-        let before = self.docs.clone();
-        let mut needs_refill = false;
-        for (name, new) in batch {
-            needs_refill |= self.apply(name, new).needs_refill;
-        }
-        ViewUpdate {
-            changes: diff(&before, &self.docs),
             needs_refill,
         }
     }
@@ -207,69 +208,148 @@ impl View {
     /// Replaces the view with a fresh result (a refill, or a reset after a resume failed).
     pub fn reset(&mut self, docs: Vec<Document>) -> Vec<DocChange> {
         self.complete = self.limit.is_none_or(|n| docs.len() < n);
-        let changes = diff(&self.docs, &docs);
+        let changes = self.diff(&self.docs, &docs);
+        self.names = docs.iter().map(|d| d.name.clone()).collect();
         self.docs = docs;
         changes
     }
+
+    /// The `docChanges()` that turn result `old` into result `new` (both in this view's
+    /// query order), as [`DocChange`] describes them.
+    pub fn diff(&self, old: &[Document], new: &[Document]) -> Vec<DocChange> {
+        let old: Vec<&Document> = old.iter().collect();
+        let new: Vec<&Document> = new.iter().collect();
+        diff_refs(&self.matcher, &old, &new)
+    }
+
+    /// Whether document `name` is in the query's collection (or collection group).
+    fn in_source(&self, name: &DocumentName) -> bool {
+        match &self.matcher.query().source {
+            super::model::Source::Collection(c) => c.contains(name),
+            super::model::Source::CollectionGroup(g) => name.collection_id() == g,
+        }
+    }
 }
 
-/// A place in a view's next result: a document of the current one, or the changed one.
-enum Slot {
+/// The `docChanges()` of a first result: every document added, in order.
+pub fn added(docs: &[Document]) -> Vec<DocChange> {
+    docs.iter()
+        .enumerate()
+        .map(|(i, d)| DocChange {
+            kind: ChangeType::Added,
+            doc: d.clone(),
+            old_index: None,
+            new_index: Some(i),
+        })
+        .collect()
+}
+
+/// A place in a view's next result: a document of the current one, or an entering one.
+enum Slot<'a> {
     Old(usize),
-    New,
+    New(&'a Document),
 }
 
-/// The `docChanges()` that turn `old` into `new` (both in query order).
-pub fn diff(old: &[Document], new: &[Document]) -> Vec<DocChange> {
-    let old: Vec<&Document> = old.iter().collect();
-    let new: Vec<&Document> = new.iter().collect();
-    diff_refs(&old, &new)
-}
-
-fn diff_refs(old: &[&Document], new: &[&Document]) -> Vec<DocChange> {
+/// The `docChanges()` that turn `old` into `new`, both sorted by `matcher`'s order, with
+/// Firestore's order and indexes: removals (in old order), then additions, then
+/// modifications (each in new order); each index counted in the list as the changes before
+/// it left it. A document is modified when any part of it differs (fields or times).
+///
+/// Every document of both lists gets a rank in their merged order; a Fenwick tree over the
+/// ranks counts the documents present before a rank, so each index costs O(log(n + k)).
+fn diff_refs(matcher: &Matcher, old: &[&Document], new: &[&Document]) -> Vec<DocChange> {
+    let in_old: HashMap<&DocumentName, usize> =
+        old.iter().enumerate().map(|(i, d)| (&d.name, i)).collect();
+    let in_new: HashMap<&DocumentName, usize> =
+        new.iter().enumerate().map(|(i, d)| (&d.name, i)).collect();
+    // Ranks in the merged order (an old version before an equal new one).
+    let mut old_rank = vec![0; old.len()];
+    let mut new_rank = vec![0; new.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        let take_old = j == new.len()
+            || (i < old.len() && matcher.compare(old[i], new[j]) != Ordering::Greater);
+        if take_old {
+            old_rank[i] = i + j;
+            i += 1;
+        } else {
+            new_rank[j] = i + j;
+            j += 1;
+        }
+    }
+    let mut present = Fenwick::new(old.len() + new.len());
+    for r in &old_rank {
+        present.add(*r, 1);
+    }
     let mut changes = Vec::new();
-    let mut current: Vec<&Document> = old.to_vec();
-    let in_new = |d: &Document| new.iter().any(|n| n.name == d.name);
-    for d in old.iter().copied() {
-        if !in_new(d) {
-            let i = current
-                .iter()
-                .position(|x| x.name == d.name)
-                .expect("still present");
-            current.remove(i);
+    for (oi, d) in old.iter().enumerate() {
+        if !in_new.contains_key(&d.name) {
+            present.add(old_rank[oi], -1);
             changes.push(DocChange {
                 kind: ChangeType::Removed,
-                doc: d.clone(),
-                old_index: Some(i),
+                doc: (*d).clone(),
+                old_index: Some(present.before(old_rank[oi])),
                 new_index: None,
             });
         }
     }
-    // After the removals, `current` is turned into `new` front to back: once document `ni`
-    // is placed, `current[..=ni] == new[..=ni]`.
-    for (ni, d) in new.iter().copied().enumerate() {
-        match current.iter().position(|x| x.name == d.name) {
-            None => changes.push(DocChange {
+    for (ni, d) in new.iter().enumerate() {
+        if !in_old.contains_key(&d.name) {
+            present.add(new_rank[ni], 1);
+            changes.push(DocChange {
                 kind: ChangeType::Added,
-                doc: d.clone(),
+                doc: (*d).clone(),
                 old_index: None,
-                new_index: Some(ni),
-            }),
-            Some(oi) => {
-                if *current[oi] != *d || oi != ni {
-                    changes.push(DocChange {
-                        kind: ChangeType::Modified,
-                        doc: d.clone(),
-                        old_index: Some(oi),
-                        new_index: Some(ni),
-                    });
-                }
-                current.remove(oi);
-            }
+                new_index: Some(present.before(new_rank[ni])),
+            });
         }
-        current.insert(ni, d);
+    }
+    for (ni, d) in new.iter().enumerate() {
+        let Some(&oi) = in_old.get(&d.name) else {
+            continue;
+        };
+        if *old[oi] == **d {
+            continue;
+        }
+        present.add(old_rank[oi], -1);
+        let old_index = present.before(old_rank[oi]);
+        present.add(new_rank[ni], 1);
+        changes.push(DocChange {
+            kind: ChangeType::Modified,
+            doc: (*d).clone(),
+            old_index: Some(old_index),
+            new_index: Some(present.before(new_rank[ni])),
+        });
     }
     changes
+}
+
+/// A Fenwick (binary indexed) tree of counts: add at a rank, count below a rank.
+struct Fenwick(Vec<i64>);
+
+impl Fenwick {
+    fn new(n: usize) -> Fenwick {
+        Fenwick(vec![0; n + 1])
+    }
+
+    fn add(&mut self, rank: usize, delta: i64) {
+        let mut i = rank + 1;
+        while i < self.0.len() {
+            self.0[i] += delta;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The count of ranks below `rank`.
+    fn before(&self, rank: usize) -> usize {
+        let mut i = rank;
+        let mut sum = 0;
+        while i > 0 {
+            sum += self.0[i];
+            i -= i & i.wrapping_neg();
+        }
+        usize::try_from(sum).unwrap_or(0)
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Live query views against a full re-run: batches of changes to ordered, limited,
 //! `limitToLast` and offset views, whose emitted `docChanges()` must replay (type, oldIndex,
-//! newIndex) onto the previous result to give exactly the new one.
+//! newIndex) onto the previous result to give exactly the new one, in Firestore's order, with
+//! no document reported that did not change.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,18 @@ fn doc(id: &str, rank: i64, tag: i64) -> Document {
 fn replay(old: &[Document], changes: &[DocChange]) -> Result<Vec<Document>, String> {
     let mut cur = old.to_vec();
     let mut seen = std::collections::HashSet::new();
+    // Firestore's order: removals, then additions, then modifications.
+    let rank = |k: ChangeType| match k {
+        ChangeType::Removed => 0,
+        ChangeType::Added => 1,
+        ChangeType::Modified => 2,
+    };
+    if changes
+        .windows(2)
+        .any(|w| rank(w[0].kind) > rank(w[1].kind))
+    {
+        return Err("changes out of Firestore's order".into());
+    }
     for c in changes {
         if !seen.insert(c.doc.name.clone()) {
             return Err(format!("{} reported twice", c.doc.name));
@@ -45,7 +58,7 @@ fn replay(old: &[Document], changes: &[DocChange]) -> Result<Vec<Document>, Stri
                 return Err(format!("oldIndex {i} does not point at {}", c.doc.name));
             }
             let was = cur.remove(i);
-            if c.kind == ChangeType::Modified && was == c.doc && c.old_index == c.new_index {
+            if c.kind == ChangeType::Modified && was == c.doc {
                 return Err(format!("{} modified without a change", c.doc.name));
             }
         }
@@ -129,7 +142,7 @@ proptest! {
             let update = view.apply_batch(changed.iter().map(|(n, d)| (n, d.as_ref())));
             let changes = if update.needs_refill {
                 let _ = view.reset(reference(&all));
-                hearth_core::query::view::diff(&before, view.documents())
+                view.diff(&before, view.documents())
             } else {
                 update.changes
             };

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::{error, now_unix, Connection};
-use crate::commit::{WriteError, WriteRequest};
+use crate::commit::{batch_digest, WriteError, WriteRequest};
 use crate::fanout::Start;
 use crate::store::StoreError;
 use hearth_core::document::Document;
@@ -226,6 +226,7 @@ impl Connection {
         let req = WriteRequest {
             client_id: self.client_id.clone(),
             batch_id,
+            digest: batch_digest(&mutations, &reads),
             mutations,
             reads,
             reply: tx,
@@ -284,26 +285,20 @@ impl Connection {
             |q| relay.query_latest(&db, q),
             move |at| match resume {
                 None => Start::Fresh,
+                Some(r) if r > at => {
+                    // A version this relay never had: the client's state is unknown.
+                    Start::Resume(None)
+                }
                 Some(r) => {
+                    // A delta only when the changelog holds every commit in (r, at]; a
+                    // version it lacks (pruned) could hide any change.
                     let changed = store.snapshot().ok().and_then(|snap| {
-                        let view = snap.database(&name);
-                        if r == at {
-                            return Some(Vec::new());
-                        }
-                        if r > at {
-                            // A version this relay never had: the client's state is unknown.
-                            return None;
-                        }
-                        let oldest = view.oldest_change().ok()??;
-                        if oldest > r + 1 {
-                            return None;
-                        }
-                        let mut names: Vec<_> = view
-                            .changes_since(r)
-                            .ok()?
+                        let mut names: Vec<_> = snap
+                            .database(&name)
+                            .changes_between(r, at)
+                            .ok()??
                             .into_iter()
-                            .filter(|(v, n)| *v <= at && in_source(&source, n))
-                            .map(|(_, n)| n)
+                            .filter(|n| in_source(&source, n))
                             .collect();
                         names.sort();
                         names.dedup();

@@ -339,9 +339,13 @@ impl Fanout {
             }
         };
         let group = inner.groups.get_mut(&key[..]).expect("inserted above");
-        let limited = group.view.query().limit.is_some();
+        // Which documents a window (`limit`, `limitToLast`, `offset`) holds depends on the
+        // documents before it: one deleted or inserted there shifts the window without
+        // changing the documents at its edges, which a delta of the changed names misses.
+        // Such a target resumes with a Reset (its whole result, as a fresh listen gets).
+        let windowed = group.view.query().limit.is_some() || group.view.query().offset > 0;
         let (kind, changes) = match start(group.version) {
-            Start::Resume(Some(changed)) if !limited => {
+            Start::Resume(Some(changed)) if !windowed => {
                 let changes = changed
                     .iter()
                     .map(

@@ -218,3 +218,81 @@ async fn resume_older_than_the_changelog_gets_a_reset() {
     assert!(snap.reset);
     assert_eq!(snap.documents, now);
 }
+
+/// Writes that shift an offset window without touching the documents at its edge: a
+/// delete before the window, inserts before it, a change inside it.
+fn shifts() -> Vec<Vec<Mutation>> {
+    vec![
+        vec![Mutation::delete(name("items/o0"))],
+        vec![
+            Mutation::set(name("items/oa"), map([("a", int(-1))])),
+            Mutation::set(name("items/ob"), map([("a", int(-2))])),
+        ],
+        vec![Mutation::update(
+            name("items/o5"),
+            vec![(fp("b"), Some(s("z")))],
+        )],
+    ]
+}
+
+/// `items/o0..o7` with `a` = 0..7, and no `oa`, `ob`.
+fn offset_data() -> Vec<Mutation> {
+    let mut batch: Vec<Mutation> = (0..8)
+        .map(|i| {
+            Mutation::set(
+                name(&format!("items/o{i}")),
+                map([("a", int(i)), ("b", s("y"))]),
+            )
+        })
+        .collect();
+    batch.extend(["items/oa", "items/ob"].map(|n| Mutation::delete(name(n))));
+    batch
+}
+
+#[tokio::test]
+async fn resume_of_an_offset_listen_is_exact() {
+    let relay = Relay::fresh(&[]);
+    let writer = relay.client("offset").await;
+    let queries = [
+        ("offset", items().order_by("a", Asc).offset(2)),
+        (
+            "offset, limit",
+            items().order_by("a", Asc).offset(2).limit(3),
+        ),
+        (
+            "offset, limitToLast",
+            items().order_by("a", Asc).offset(1).limit_to_last(3),
+        ),
+        (
+            "offset, filter",
+            items()
+                .where_("a", Op::GreaterThanOrEqual, int(-1))
+                .offset(1),
+        ),
+    ];
+    for (step, shift) in shifts().into_iter().enumerate() {
+        for (label, q) in &queries {
+            let label = format!("{label}, change {step}");
+            within(writer.write(offset_data())).await.unwrap();
+            let c = relay.client("offset").await;
+            let mut l = within(c.listen(q, None)).await.unwrap();
+            let before = within(l.next()).await.unwrap();
+            within(l.stop()).await;
+            within(writer.write(shift.clone())).await.unwrap();
+            let (now, at) = within(writer.query(q)).await.unwrap();
+            let mut l = within(c.resume(q, before.version, before.documents.clone()))
+                .await
+                .unwrap();
+            let snap = within(l.next()).await.unwrap();
+            assert_eq!(
+                names(&snap.documents),
+                names(&now),
+                "{label}: the resumed result differs from the query's at {at} (reset: {}, changes: {:?})",
+                snap.reset,
+                snap.changed
+            );
+            assert_eq!(snap.documents, now, "{label}");
+            within(c.close()).await;
+        }
+    }
+}

@@ -4,6 +4,7 @@
 // Test helpers unwrap: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod changelog;
 mod crash;
 mod harness;
 mod listens;

@@ -200,6 +200,101 @@ async fn a_retried_batch_is_applied_once() {
     assert_eq!(count(&c3, "counters/i").await, Some(int(12)));
 }
 
+/// A refusal of a batch whose id was already used for other writes: its message.
+fn reused_id_refusal(r: Result<u64, ClientError>, batch: u64, label: &str) -> String {
+    match r {
+        Ok(v) => panic!(
+            "{label}: a different batch under the reused id {batch} was acknowledged with version {v} (and not applied)"
+        ),
+        Err(ClientError::Server { code, message }) => {
+            assert_eq!(code, ErrorCode::FailedPrecondition, "{label}: {message}");
+            assert!(
+                message.contains(&batch.to_string()),
+                "{label}: the refusal names the reused id {batch}: {message}"
+            );
+            message
+        }
+        Err(e) => panic!("{label}: expected the relay's refusal, got {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_different_batch_under_a_used_id_is_refused_not_dropped() {
+    let dir = TempDir::new("batch-ids");
+    let mut relay = Relay::start(dir.path(), &[]);
+    let id = unique("tabs");
+    let c = relay.client_as("ids", &id).await;
+    let batch = c.next_batch_id();
+    let first = vec![Mutation::set(name("notes/a"), map([("n", int(1))]))];
+    let v1 = within(c.write_with_id(batch, first.clone(), vec![]))
+        .await
+        .unwrap();
+
+    // Another tab of the same installation (same client id) picked the same id for other
+    // writes: they must not be acknowledged as if committed.
+    let other_tab = relay.client_as("ids", &id).await;
+    let other = vec![Mutation::set(name("notes/b"), map([("n", int(2))]))];
+    reused_id_refusal(
+        within(other_tab.write_with_id(batch, other.clone(), vec![])).await,
+        batch,
+        "another connection",
+    );
+    assert_eq!(within(c.get_one(&name("notes/b"))).await.unwrap(), None);
+    // The same writes under that id are still a retry: the first commit's version.
+    let again = within(other_tab.write_with_id(batch, first.clone(), vec![])).await;
+    assert_eq!(again.unwrap(), v1, "a true retry keeps its acknowledgement");
+    // A transaction's reads are part of the batch too.
+    let read = vec![(name("notes/a"), Some(v1))];
+    reused_id_refusal(
+        within(c.write_with_id(batch, first.clone(), read)).await,
+        batch,
+        "same writes, other reads",
+    );
+
+    // Both in flight at once (one group commit or two): one commits, the other is refused.
+    let b2 = c.next_batch_id();
+    let x = vec![Mutation::set(name("notes/x"), map([("n", int(3))]))];
+    let y = vec![Mutation::set(name("notes/y"), map([("n", int(4))]))];
+    let (rx, ry) = within(async {
+        tokio::join!(
+            c.write_with_id(b2, x, vec![]),
+            other_tab.write_with_id(b2, y, vec![])
+        )
+    })
+    .await;
+    let (got_x, got_y) = (
+        within(c.get_one(&name("notes/x"))).await.unwrap().is_some(),
+        within(c.get_one(&name("notes/y"))).await.unwrap().is_some(),
+    );
+    match (rx.is_ok(), ry.is_ok()) {
+        (true, false) => {
+            reused_id_refusal(ry, b2, "in flight together");
+            assert!(got_x && !got_y);
+        }
+        (false, true) => {
+            reused_id_refusal(rx, b2, "in flight together");
+            assert!(got_y && !got_x);
+        }
+        other => panic!("exactly one of two different batches under one id commits: {other:?}"),
+    }
+
+    // The record survives a restart.
+    within(c.close()).await;
+    within(other_tab.close()).await;
+    relay.sigterm();
+    assert!(relay.wait_exit(Duration::from_secs(20)).success());
+    let relay = Relay::start(dir.path(), &[]);
+    let c = relay.client_as("ids", &id).await;
+    reused_id_refusal(
+        within(c.write_with_id(batch, other, vec![])).await,
+        batch,
+        "after a restart",
+    );
+    assert_eq!(within(c.get_one(&name("notes/b"))).await.unwrap(), None);
+    let again = within(c.write_with_id(batch, first, vec![])).await;
+    assert_eq!(again.unwrap(), v1, "a retry after a restart");
+}
+
 fn server_code(r: Result<u64, ClientError>) -> Option<ErrorCode> {
     match r {
         Ok(v) => panic!("expected a refusal, got version {v}"),
