@@ -305,7 +305,10 @@ impl Query {
                         },
                     )
                     .await?;
-                let ServerMessage::QueryResult { documents, .. } = reply else {
+                let ServerMessage::QueryResult {
+                    documents, version, ..
+                } = reply
+                else {
                     return Err(ClientError::new(
                         ErrorCode::Internal,
                         "unexpected reply to a query",
@@ -317,7 +320,7 @@ impl Query {
                         .iter()
                         .map(|d| (d.name.clone(), Some(d.clone())))
                         .collect();
-                    db.engine.server_documents(docs).await?;
+                    db.engine.server_documents(docs, version, false).await?;
                 }
                 let docs = documents.into_iter().map(|d| {
                     let p = db.engine.is_pending(&d.name);

@@ -257,8 +257,12 @@ impl DocumentReference {
             db.engine.until_landed(upto).await;
             if let Some(sync) = db.read_source(source.as_deref())? {
                 match sync.request_get(vec![name.clone()]).await? {
-                    ServerMessage::GetResult { documents, .. } => {
-                        db.engine.server_documents(documents.clone()).await?;
+                    ServerMessage::GetResult {
+                        documents, version, ..
+                    } => {
+                        db.engine
+                            .server_documents(documents.clone(), version, false)
+                            .await?;
                         let doc = documents.into_iter().next().and_then(|(_, d)| d);
                         let pending = db.engine.is_pending(&name);
                         if pending {

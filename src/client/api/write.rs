@@ -264,10 +264,11 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
                 Ok(_) => {
                     // Bring the committed documents into the local view now rather than
                     // waiting for a listen to deliver them.
-                    if let Ok(ServerMessage::GetResult { documents, .. }) =
-                        sync.request_get(touched).await
+                    if let Ok(ServerMessage::GetResult {
+                        documents, version, ..
+                    }) = sync.request_get(touched).await
                     {
-                        let _ = db.engine.server_documents(documents).await;
+                        let _ = db.engine.server_documents(documents, version, false).await;
                     }
                     return Ok(result);
                 }
