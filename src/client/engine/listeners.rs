@@ -73,6 +73,10 @@ pub(super) struct Listener {
     /// The documents of a query's result that had a pending write at the last snapshot: a
     /// change of this set is a metadata-only `modified` change.
     last_pending: HashSet<DocumentName>,
+    /// A query listener's result as of its last snapshot (what the app holds): each
+    /// snapshot's changes are the diff from it, whatever updates of the view (batches,
+    /// refills, interleaved by awaits) came in between.
+    shown: Vec<Document>,
 }
 
 impl Engine {
@@ -97,9 +101,10 @@ impl Engine {
                 target: None,
                 last_meta: None,
                 last_pending: HashSet::new(),
+                shown: Vec::new(),
             },
         );
-        self.reset_query_listener(id, docs, None);
+        self.reset_query_listener(id, docs);
         if let Some(l) = self.on_listen.borrow().as_ref() {
             l(id, &q);
         }
@@ -126,6 +131,7 @@ impl Engine {
                 target: None,
                 last_meta: None,
                 last_pending: HashSet::new(),
+                shown: Vec::new(),
             },
         );
         let pending = self.has_pending(&name);
@@ -173,20 +179,16 @@ impl Engine {
     }
 
     /// Replaces a query listener's result with `docs` (its first result, or a refill) and
-    /// queues the snapshot. `before` is the result the listener last raised from, when a batch
-    /// of changes was applied to the view before the refill was found necessary: the
-    /// snapshot's changes then cover the whole batch (evictions included).
-    fn reset_query_listener(&self, id: u64, docs: Vec<Document>, before: Option<Vec<Document>>) {
+    /// queues the snapshot.
+    fn reset_query_listener(&self, id: u64, docs: Vec<Document>) {
         let pending_names = self.pending_names();
         let mut ls = self.listeners.borrow_mut();
         let Some(l) = ls.get_mut(&id) else { return };
         let Watched::Query(view) = &mut l.watched else {
             return;
         };
-        let before = before.unwrap_or_else(|| view.documents().to_vec());
         view.reset(docs);
-        let changes = view.diff(&before, view.documents());
-        self.raise_query(l, &before, changes, &pending_names);
+        self.raise_query(l, &pending_names);
     }
 
     /// Queues a document listener's snapshot.
@@ -209,25 +211,21 @@ impl Engine {
         ));
     }
 
-    /// Queues a query listener's snapshot after its view changed from `before` by `changes`
-    /// (`View` deltas, which count a new version of unchanged data as `modified`).
+    /// Queues a query listener's snapshot of its view, with the changes since its last
+    /// snapshot (`shown`).
     ///
     /// As in Firestore, a change is a data change when a document entered, left, moved or
     /// changed its fields; anything else (a pending write acknowledged, `fromCache`) is
     /// metadata. Listeners raise a snapshot for data changes; only those that asked for
     /// `includeMetadataChanges` raise metadata-only snapshots, with a `modified` change for
     /// each document whose `hasPendingWrites` changed.
-    fn raise_query(
-        &self,
-        l: &mut Listener,
-        before: &[Document],
-        changes: Vec<DocChange>,
-        pending_names: &HashSet<DocumentName>,
-    ) {
+    fn raise_query(&self, l: &mut Listener, pending_names: &HashSet<DocumentName>) {
         let Watched::Query(view) = &l.watched else {
             return;
         };
         let docs = view.documents().to_vec();
+        let before = std::mem::take(&mut l.shown);
+        let changes = view.diff(&before, &docs);
         // A modification is a data change only if the fields differ (a document cannot move
         // without a field changing, so dropping one leaves the others' indexes right).
         let was: HashMap<&DocumentName, &Document> =
@@ -286,6 +284,7 @@ impl Engine {
         }
         l.last_meta = Some(meta);
         l.last_pending = now_pending;
+        l.shown = docs.clone();
         if first || !changes.is_empty() || (l.include_metadata && metadata_changed) {
             self.outbox.borrow_mut().push((
                 l.callback.clone(),
@@ -323,14 +322,13 @@ impl Engine {
                         if relevant.is_empty() && !l.include_metadata {
                             continue;
                         }
-                        let before = view.documents().to_vec();
                         let update =
                             view.apply_batch(relevant.iter().map(|(n, d)| (n, d.as_ref())));
                         if update.needs_refill {
-                            refill.push((*id, before));
+                            refill.push(*id);
                             continue;
                         }
-                        self.raise_query(l, &before, update.changes, &pending_names);
+                        self.raise_query(l, &pending_names);
                     }
                     Watched::Document(name, current) => {
                         if let Some((_, doc)) = changed.iter().find(|(n, _)| n == name) {
@@ -354,7 +352,7 @@ impl Engine {
                 }
             }
         }
-        for (id, before) in refill {
+        for id in refill {
             let q = match self.listeners.borrow().get(&id) {
                 Some(Listener {
                     watched: Watched::Query(v),
@@ -363,7 +361,7 @@ impl Engine {
                 _ => continue,
             };
             match self.query(&q).await {
-                Ok(docs) => self.reset_query_listener(id, docs, Some(before)),
+                Ok(docs) => self.reset_query_listener(id, docs),
                 Err(e) => self.fail_listener(id, e),
             }
         }
@@ -434,10 +432,7 @@ impl Engine {
                     self.current_targets.borrow().contains(&t) && self.online.get()
                 });
                 match &l.watched {
-                    Watched::Query(view) => {
-                        let before = view.documents().to_vec();
-                        self.raise_query(l, &before, Vec::new(), &pending_names);
-                    }
+                    Watched::Query(_) => self.raise_query(l, &pending_names),
                     Watched::Document(name, doc) => {
                         let pending = pending_names.contains(name);
                         let meta = (from_cache, pending);

@@ -404,6 +404,11 @@ impl Sync {
 
     /// Sends a queued batch (if the socket is welcomed; else the next Welcome sends it).
     pub(super) fn send_batch(&self, b: &Batch) {
+        if self.unsettled.borrow().contains(&b.id) {
+            // Sent on this connection already (a write made while the Welcome's task was
+            // sending the queue): its answer is coming.
+            return;
+        }
         let request_id = self.next_request.get();
         self.next_request.set(request_id + 1);
         if self.send(&ClientMessage::Write {
