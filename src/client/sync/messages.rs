@@ -381,15 +381,9 @@ impl Sync {
     }
 
     /// Reads documents whose local view after an acknowledgement is only an estimate (see
-    /// `Engine::acknowledge`) from the relay, unless a listen keeps them current anyway.
+    /// `Engine::acknowledge`) from the relay. Also when a listen covers them: the listen may
+    /// have delivered a state the estimate's version then hid.
     pub(super) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
-        let names: Vec<DocumentName> = {
-            let targets = self.targets.borrow();
-            names
-                .into_iter()
-                .filter(|n| !targets.values().any(|t| t.docs.contains(n)))
-                .collect()
-        };
         if names.is_empty() {
             return;
         }
