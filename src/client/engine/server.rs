@@ -4,6 +4,7 @@
 //! relay's Welcome re-index the local view.
 
 use hearth_core::error::ErrorCode;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{now_micros, reindex, Engine};
@@ -79,6 +80,25 @@ impl Engine {
         if docs.is_empty() {
             return Ok(());
         }
+        // One state per document (a snapshot can carry one from several targets, or from
+        // several changes of one): the newest, else the last.
+        let mut at: HashMap<DocumentName, usize> = HashMap::new();
+        let mut unique: Vec<(DocumentName, Option<Document>)> = Vec::with_capacity(docs.len());
+        for (name, doc) in docs {
+            match at.get(&name) {
+                Some(&i) => {
+                    let kept = unique[i].1.as_ref().map_or(0, |d| d.update_version);
+                    if doc.as_ref().map_or(u64::MAX, |d| d.update_version) >= kept {
+                        unique[i].1 = doc;
+                    }
+                }
+                None => {
+                    at.insert(name.clone(), unique.len());
+                    unique.push((name, doc));
+                }
+            }
+        }
+        let docs = unique;
         let guard = self.lock.lock().await;
         let mut ops = Vec::new();
         let mut changed = Vec::new();
