@@ -26,13 +26,13 @@
 // db.collection, db.doc, CollectionReference.doc/id/path/parent, DocumentReference.id/path/
 // parent/collection/isEqual
 //   S api 'references'. R api 'references' (invalid-argument); api 'a top-level collection's
-//   parent is null' (todo)
+//   parent is null'
 // db.collectionGroup
 //   S api 'collectionGroup()'. R api 'references' (invalid-argument)
 // DocumentReference.get, Query.get, CollectionReference.get {source: default, 'cache', 'server'}
 //   S api 'get() with sources'. R same (server offline or without a relay: unavailable); api
 //   'get({ source: 'cache' }) of a document the cache has never seen' (todo: unavailable);
-//   api 'a read called right after a write' (todo)
+//   api 'a read called right after a write'
 // DocumentReference.set {merge, mergeFields}
 //   S api 'set()'. R api 'set()' (invalid-argument); semantics 'string field paths'
 // DocumentReference.update (object, field/value pairs, FieldPath)
@@ -51,10 +51,10 @@
 //   R api 'a transaction gets' (read after write, not a reference: invalid-argument; update of
 //   a missing document: not-found; no relay: failed-precondition); api 'a transaction while
 //   offline' (unavailable); sync 'a transaction whose reads changed' (aborted); api 'a
-//   transaction updating a document it read as missing' (todo: invalid-argument)
+//   transaction updating a document it read as missing' (invalid-argument)
 // db.waitForPendingWrites
-//   S sync 'waitForPendingWrites()'. R api 'waitForPendingWrites() resolves' (todo: resolves
-//   after a refused write)
+//   S sync 'waitForPendingWrites()'. R api 'waitForPendingWrites() resolves' (resolves after a
+//   refused write)
 // db.disableNetwork, db.enableNetwork
 //   S queries 'disableNetwork()'; client 'writes made offline'. R n/a
 // db.close, Hearth.clearPersistence
@@ -97,7 +97,7 @@
 //   S queries 'snapshots:'; api 'get() with sources', 'a pending serverTimestamp()'.
 //   R semantics 'string field paths' (get: invalid-argument); api 'a pending
 //   serverTimestamp()' (a bad option: invalid-argument); api 'a pending serverTimestamp()
-//   replacing a value' (todo)
+//   replacing a value'
 // FieldValue.serverTimestamp/increment/arrayUnion/arrayRemove/delete/isEqual
 //   S api 'FieldValue transforms', 'a pending serverTimestamp()'; client 'seed 002'.
 //   R api 'FieldValue transforms' (invalid-argument)
@@ -223,7 +223,7 @@ test('references: paths, ids, parents, sub-collections, auto ids, isEqual; malfo
   await p.close();
 });
 
-test('a top-level collection\'s parent is null', { timeout: 60000, todo: 'parent is undefined, Firestore gives null' }, async () => {
+test('a top-level collection\'s parent is null', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-parent');
   // Firestore (namespaced CollectionReference.parent): "If this is a root collection, null is returned."
@@ -289,7 +289,7 @@ test('get({ source: \'cache\' }) of a document the cache has never seen fails wi
   await p.close();
 });
 
-test('a read called right after a write that was not awaited sees the write', { timeout: 60000, todo: 'the read misses the write' }, async () => {
+test('a read called right after a write that was not awaited sees the write', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-read-your-write');
   const r = await p.evaluate(async () => {
@@ -477,7 +477,7 @@ test('a transaction gets, sets with merge, updates and deletes; reads after writ
   await p.close();
 });
 
-test('a transaction updating a document it read as missing fails with invalid-argument', { timeout: 60000, todo: 'it fails with not-found' }, async () => {
+test('a transaction updating a document it read as missing fails with invalid-argument', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-tx-read-missing');
   // Firestore's SDK checks this locally (transaction.ts, preconditionForUpdate: "Can't update
@@ -588,7 +588,7 @@ test('a pending serverTimestamp() reads as null, or with { serverTimestamps } as
   await p.close();
 });
 
-test('a pending serverTimestamp() replacing a value reads as an estimate with { serverTimestamps: \'estimate\' }', { timeout: 60000, todo: 'it reads as the previous value' }, async () => {
+test('a pending serverTimestamp() replacing a value reads as an estimate with { serverTimestamps: \'estimate\' }', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-servertime-estimate');
   const replaced = await pendingServerTimestamp(p, 'f/old', true);
@@ -644,7 +644,7 @@ test('Timestamp, GeoPoint, Bytes, references and FieldPath: round trips through 
   await p.close();
 });
 
-test('waitForPendingWrites() resolves when the earlier writes are settled, refused ones included', { timeout: 60000, todo: 'it rejects with the refused write\'s code' }, async () => {
+test('waitForPendingWrites() resolves when the earlier writes are settled, refused ones included', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-wait-refused');
   const r = await p.evaluate(async () => {

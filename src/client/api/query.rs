@@ -292,7 +292,9 @@ impl Query {
         let db = self.db.clone();
         let q = self.query.clone();
         let source = super::source_option(&options);
+        let upto = self.db.engine.issued();
         future_to_promise(async move {
+            db.engine.until_landed(upto).await;
             let q = hearth_core::query::validate::validate(&q).map_err(ClientError::from)?;
             if let Some(sync) = db.read_source(source.as_deref())? {
                 let reply = sync
@@ -303,7 +305,10 @@ impl Query {
                         },
                     )
                     .await?;
-                let ServerMessage::QueryResult { documents, .. } = reply else {
+                let ServerMessage::QueryResult {
+                    documents, version, ..
+                } = reply
+                else {
                     return Err(ClientError::new(
                         ErrorCode::Internal,
                         "unexpected reply to a query",
@@ -315,7 +320,7 @@ impl Query {
                         .iter()
                         .map(|d| (d.name.clone(), Some(d.clone())))
                         .collect();
-                    db.engine.server_documents(docs).await?;
+                    db.engine.server_documents(docs, version, false).await?;
                 }
                 let docs = documents.into_iter().map(|d| {
                     let p = db.engine.is_pending(&d.name);
@@ -344,7 +349,9 @@ impl Query {
     fn do_aggregate(&self, spec: JsValue) -> Promise {
         let db = self.db.clone();
         let q = self.query.clone();
+        let upto = self.db.engine.issued();
         future_to_promise(async move {
+            db.engine.until_landed(upto).await;
             let mut names = Vec::new();
             let mut aggs = Vec::new();
             if spec.is_undefined() {
@@ -419,7 +426,9 @@ impl Query {
                 ListenEvent::Document { .. } => {}
             }
         });
+        let upto = self.db.engine.issued();
         wasm_bindgen_futures::spawn_local(async move {
+            db.engine.until_landed(upto).await;
             match db.engine.listen_query(q, include, callback.clone()).await {
                 Ok(listener) => handle.registered(&db, listener),
                 Err(e) => callback(ListenEvent::Error(e)),
@@ -624,15 +633,16 @@ impl CollectionReference {
     }
 
     /// The document holding this sub-collection, or `null` for a top-level collection.
-    #[wasm_bindgen(getter)]
-    pub fn parent(&self) -> Option<DocumentReference> {
+    #[wasm_bindgen(getter, unchecked_return_type = "DocumentReference | null")]
+    pub fn parent(&self) -> JsValue {
         let segs = self.path.segments();
         if segs.len() < 3 {
-            return None;
+            return JsValue::NULL;
         }
-        let name =
-            hearth_core::path::DocumentName::from_segments(segs[..segs.len() - 1].to_vec()).ok()?;
-        Some(DocumentReference::new(&self.db, name))
+        hearth_core::path::DocumentName::from_segments(segs[..segs.len() - 1].to_vec())
+            .map_or(JsValue::NULL, |name| {
+                DocumentReference::new(&self.db, name).into()
+            })
     }
 
     /// A reference to document `id`, or to a new document with a scattered auto id.

@@ -252,11 +252,17 @@ impl DocumentReference {
         let db = self.db.clone();
         let name = self.name.clone();
         let source = super::source_option(&options);
+        let upto = self.db.engine.issued();
         future_to_promise(async move {
+            db.engine.until_landed(upto).await;
             if let Some(sync) = db.read_source(source.as_deref())? {
                 match sync.request_get(vec![name.clone()]).await? {
-                    ServerMessage::GetResult { documents, .. } => {
-                        db.engine.server_documents(documents.clone()).await?;
+                    ServerMessage::GetResult {
+                        documents, version, ..
+                    } => {
+                        db.engine
+                            .server_documents(documents.clone(), version, false)
+                            .await?;
                         let doc = documents.into_iter().next().and_then(|(_, d)| d);
                         let pending = db.engine.is_pending(&name);
                         if pending {
@@ -331,7 +337,9 @@ impl DocumentReference {
                 ListenEvent::Query { .. } => {}
             }
         });
+        let upto = self.db.engine.issued();
         wasm_bindgen_futures::spawn_local(async move {
+            db.engine.until_landed(upto).await;
             match db
                 .engine
                 .listen_document(name, include, callback.clone())

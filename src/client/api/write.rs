@@ -177,6 +177,19 @@ impl Transaction {
         data_or_pairs: &js_sys::Array,
     ) -> Result<Transaction, JsValue> {
         let name = reference_name(&reference)?;
+        // As Firestore's SDK: a document this transaction read as missing cannot be updated,
+        // and that is known before the commit.
+        if self
+            .reads
+            .borrow()
+            .iter()
+            .any(|(n, version)| *n == name && version.is_none())
+        {
+            return Err(ClientError::invalid(format!(
+                "cannot update document {name}: this transaction read it and it does not exist"
+            ))
+            .into());
+        }
         self.writes
             .borrow_mut()
             .push(update_mutation(&name, data_or_pairs)?);
@@ -251,10 +264,11 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
                 Ok(_) => {
                     // Bring the committed documents into the local view now rather than
                     // waiting for a listen to deliver them.
-                    if let Ok(ServerMessage::GetResult { documents, .. }) =
-                        sync.request_get(touched).await
+                    if let Ok(ServerMessage::GetResult {
+                        documents, version, ..
+                    }) = sync.request_get(touched).await
                     {
-                        let _ = db.engine.server_documents(documents).await;
+                        let _ = db.engine.server_documents(documents, version, false).await;
                     }
                     return Ok(result);
                 }

@@ -400,10 +400,19 @@ impl Engine {
 
     /// Relay targets became consistent (a Snapshot): listeners raise `fromCache: false`.
     pub fn targets_current(&self, targets: &[u32]) {
-        self.current_targets
-            .borrow_mut()
-            .extend(targets.iter().copied());
+        self.mark_current(targets);
         self.refresh_metadata();
+    }
+
+    /// Marks relay targets consistent without raising anything yet: the snapshot that brings
+    /// their documents then says `fromCache: false` itself, as Firestore's does (a change of
+    /// `fromCache` alone is raised only with `includeMetadataChanges`).
+    pub fn mark_current(&self, targets: &[u32]) {
+        if self.online.get() {
+            self.current_targets
+                .borrow_mut()
+                .extend(targets.iter().copied());
+        }
     }
 
     /// The connection went up or down: `fromCache` changes for every listener.

@@ -97,6 +97,9 @@ pub struct Engine {
     landing: RefCell<BTreeSet<u64>>,
     /// `waitForPendingWrites()` calls waiting for such writes to land.
     barriers: RefCell<Vec<pending::Barrier>>,
+    /// Reads waiting for the writes called before them to land: (last such ticket, the
+    /// resolve of the promise they await).
+    read_barriers: RefCell<Vec<(u64, js_sys::Function)>>,
     /// Local listeners by id.
     listeners: RefCell<BTreeMap<u64, Listener>>,
     /// The id of the next listener.
@@ -208,6 +211,7 @@ impl Engine {
             tickets_issued: Cell::new(0),
             landing: RefCell::new(BTreeSet::new()),
             barriers: RefCell::new(Vec::new()),
+            read_barriers: RefCell::new(Vec::new()),
             listeners: RefCell::new(BTreeMap::new()),
             next_listener: Cell::new(1),
             current_targets: RefCell::new(BTreeSet::new()),

@@ -5,6 +5,10 @@
 //! failed locally), and a wait that finds tickets outstanding is a barrier: it settles on
 //! the acknowledgement of the last batch issued before it, once every earlier ticket landed.
 //!
+//! Reads are ordered after the writes called before them the same way: a read notes the last
+//! ticket issued when it is called (`issued`) and waits for those tickets to land
+//! (`until_landed`) before it reads the local view, so it sees them.
+//!
 //! Invariant: a wait settles only after the relay answered every batch whose write was
 //! called before it (acknowledgements come in queue order, so the last one stands for all).
 
@@ -51,6 +55,33 @@ impl Engine {
         for b in ready {
             self.wait_for_batch(b.last, b.settle);
         }
+        let reads: Vec<js_sys::Function> = {
+            let mut reads = self.read_barriers.borrow_mut();
+            let (ready, waiting) = std::mem::take(&mut *reads)
+                .into_iter()
+                .partition(|(upto, _)| first_outstanding.is_none_or(|t| t > *upto));
+            *reads = waiting;
+            ready.into_iter().map(|(_, resolve)| resolve).collect()
+        };
+        for resolve in reads {
+            let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
+        }
+    }
+
+    /// The last write ticket issued: a read called now must see the writes up to it.
+    pub fn issued(&self) -> u64 {
+        self.tickets_issued.get()
+    }
+
+    /// Waits until every write up to ticket `upto` has landed in the local view (or failed).
+    pub async fn until_landed(&self, upto: u64) {
+        if self.landing.borrow().first().is_none_or(|t| *t > upto) {
+            return;
+        }
+        let promise = js_sys::Promise::new(&mut |resolve, _| {
+            self.read_barriers.borrow_mut().push((upto, resolve));
+        });
+        let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
     }
 
     /// Resolves when every write called before this call is answered by the relay:
@@ -68,9 +99,12 @@ impl Engine {
         }
     }
 
-    /// Settles `settle` with the answer to batch `last`, or to the latest queued batch
-    /// before it should `last` have left the queue already; at once when none is queued.
+    /// Settles `settle` once batch `last` is answered, or the latest queued batch before it
+    /// should `last` have left the queue already; at once when none is queued. A refused
+    /// batch settles it too: as in Firestore, the wait is for the writes to be settled, and
+    /// each write's own promise carries its refusal.
     fn wait_for_batch(&self, last: Option<u64>, settle: Settle) {
+        let settle: Settle = Box::new(move |r| settle(Ok(r.unwrap_or(0))));
         let target = last.and_then(|last| {
             self.queue
                 .borrow()

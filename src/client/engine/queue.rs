@@ -509,6 +509,11 @@ impl Engine {
                 _ => None,
             };
             let received = self.received_while_pending.borrow_mut().remove(&n);
+            let whole = batch
+                .mutations
+                .iter()
+                .filter(|m| m.name == n)
+                .all(writes_whole_document);
             match base {
                 Some(Some(doc)) if doc.update_version >= version => {
                     let rebuilt = self.rebuild(&n, Some(doc))?;
@@ -518,15 +523,54 @@ impl Engine {
                     changed.push((n.clone(), rebuilt));
                 }
                 _ => {
-                    let whole = batch
-                        .mutations
-                        .iter()
-                        .filter(|m| m.name == n)
-                        .all(writes_whole_document);
-                    if received || !whole {
+                    // The server's state at the commit, estimated: this batch over the
+                    // state held, at `version` (so that older states arriving later are
+                    // ignored). Exact for a whole write; else read back (`stale`).
+                    let ctx = ApplyContext {
+                        commit_version: version,
+                        commit_time: Timestamp::from_micros(now_micros())
+                            .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
+                    };
+                    // `None`: the state is unknown (never seen, and not written whole).
+                    let mut estimate = match &remote {
+                        Some(b) if !remote_is_unknown(b) => Some(base.flatten()),
+                        _ => None,
+                    };
+                    for m in batch.mutations.iter().filter(|m| m.name == n) {
+                        estimate = match estimate {
+                            // A mutation the relay applied cannot fail over the right base;
+                            // over an older one it may: the state stays, to be read back.
+                            Some(doc) => m.apply(doc.as_ref(), &ctx).ok().or(Some(doc)),
+                            None => match m.apply_to_unknown(&ctx) {
+                                Ok(UnknownBase::Becomes(doc)) => Some(doc),
+                                _ => None,
+                            },
+                        };
+                    }
+                    if received || !whole || estimate.is_none() {
                         stale.push(n.clone());
                     }
-                    changed.push((n.clone(), local));
+                    match estimate {
+                        Some(server) if self.has_pending(&n) => {
+                            ops.push(WriteOp::Put {
+                                store: Store::Remote,
+                                key: Key::Bytes(key.clone()),
+                                value: encode_remote(server.as_ref())?,
+                            });
+                            let rebuilt = self.rebuild(&n, server)?;
+                            if rebuilt != local {
+                                ops.push(self.doc_op(&n, rebuilt.as_ref())?);
+                            }
+                            changed.push((n.clone(), rebuilt));
+                        }
+                        Some(server) => {
+                            if server != local {
+                                ops.push(self.doc_op(&n, server.as_ref())?);
+                            }
+                            changed.push((n.clone(), server));
+                        }
+                        None => changed.push((n.clone(), local)),
+                    }
                 }
             }
             if self.has_pending(&n) {

@@ -58,9 +58,23 @@ impl Engine {
     }
 
     /// Server states of documents (from a listen or a read) enter the local view.
+    /// `read_version` is the version they were read at (a listen's snapshot, a read's),
+    /// 0 when unknown.
+    ///
+    /// The server state held for a document only moves forward: a state older than the one
+    /// held (a document's `update_version`; for an absence, `read_version`) is ignored, as
+    /// a listen and a read, or an acknowledgement and a listen, can answer out of order.
+    ///
+    /// A read (`listen` false) leaves documents with pending writes alone: it may already
+    /// contain a batch whose acknowledgement has not arrived, which the rebuild would apply
+    /// a second time (the sync layer holds a listen's snapshot back until the batches sent
+    /// before it are answered, but a read's answer cannot wait); the acknowledgement and the
+    /// listens bring their server state instead.
     pub async fn server_documents(
         self: &Rc<Self>,
         docs: Vec<(DocumentName, Option<Document>)>,
+        read_version: u64,
+        listen: bool,
     ) -> Result<(), ClientError> {
         if docs.is_empty() {
             return Ok(());
@@ -75,6 +89,12 @@ impl Engine {
                 .await
                 .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
             let pending = self.pending_names();
+            let pending_keys: Vec<Vec<u8>> = docs
+                .iter()
+                .filter(|(n, _)| pending.contains(n))
+                .map(|(n, _)| document_key(n))
+                .collect();
+            let mut remotes = read.get_many_remote(&pending_keys).await?.into_iter();
             for ((name, server), old) in docs.into_iter().zip(olds) {
                 let old = old
                     .map(|b| {
@@ -82,7 +102,31 @@ impl Engine {
                             .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))
                     })
                     .transpose()?;
-                let local = if pending.contains(&name) {
+                let is_pending = pending.contains(&name);
+                // The version of the server state held: the kept base's with a pending
+                // write, else the local document's (a local estimate has 0).
+                let held = if is_pending {
+                    let kept = remotes.next().flatten();
+                    if !listen {
+                        continue;
+                    }
+                    match kept {
+                        Some(b) if !remote_is_unknown(&b) => {
+                            decode_remote(&b)?.map_or(0, |d| d.update_version)
+                        }
+                        _ => 0,
+                    }
+                } else {
+                    old.as_ref().map_or(0, |d| d.update_version)
+                };
+                let older = match &server {
+                    Some(s) => s.update_version < held,
+                    None => read_version != 0 && read_version < held,
+                };
+                if older {
+                    continue;
+                }
+                let local = if is_pending {
                     self.received_while_pending
                         .borrow_mut()
                         .insert(name.clone());
@@ -93,14 +137,7 @@ impl Engine {
                     });
                     self.rebuild(&name, server)?
                 } else {
-                    match (&old, server) {
-                        // An older state than the one held (a read and a listen can answer
-                        // out of order): the newer one stays.
-                        (Some(o), Some(s)) if s.update_version < o.update_version => {
-                            continue;
-                        }
-                        (_, server) => server,
-                    }
+                    server
                 };
                 if old != local {
                     ops.push(self.doc_op(&name, local.as_ref())?);

@@ -173,6 +173,9 @@ impl Sync {
             reply(Err(ClientError::new(ErrorCode::Unavailable, why)));
         }
         self.writes.borrow_mut().clear();
+        self.epoch.set(self.epoch.get() + 1);
+        self.unsettled.borrow_mut().clear();
+        self.wake_settle_waiters();
         for t in self.targets.borrow_mut().values_mut() {
             t.buffered.clear();
             t.answered = false;

@@ -100,7 +100,9 @@ impl Sync {
                 self.writes.borrow_mut().remove(&request_id);
                 if let Some(engine) = self.engine() {
                     wasm_bindgen_futures::spawn_local(async move {
-                        if let Ok(stale) = engine.acknowledge(batch_id, version).await {
+                        let stale = engine.acknowledge(batch_id, version).await;
+                        self.settled(batch_id);
+                        if let Ok(stale) = stale {
                             self.refresh(stale).await;
                         }
                     });
@@ -126,14 +128,22 @@ impl Sync {
                     .filter(|(_, t)| t.answered)
                     .map(|(id, t)| (*id, std::mem::take(&mut t.buffered)))
                     .collect();
-                self.snapshots
-                    .borrow_mut()
-                    .push_back(ReceivedSnapshot { version, targets });
+                let awaiting = self.unsettled.borrow().iter().copied().collect();
+                self.snapshots.borrow_mut().push_back(ReceivedSnapshot {
+                    version,
+                    epoch: self.epoch.get(),
+                    awaiting,
+                    targets,
+                });
                 if !self.applying.replace(true) {
                     wasm_bindgen_futures::spawn_local(async move {
                         loop {
                             let next = self.snapshots.borrow_mut().pop_front();
                             let Some(snapshot) = next else { break };
+                            if !self.wait_settled(&snapshot).await {
+                                // Its connection is gone: the reconnection asks again.
+                                continue;
+                            }
                             if let Err(e) = self.clone().on_snapshot(snapshot).await {
                                 // The targets keep their earlier resume versions: the
                                 // reconnection asks the relay again from there.
@@ -176,10 +186,12 @@ impl Sync {
                     return;
                 }
                 if request_id != 0 {
-                    if let Some(batch) = self.writes.borrow_mut().remove(&request_id) {
+                    let batch = self.writes.borrow_mut().remove(&request_id);
+                    if let Some(batch) = batch {
                         if let Some(engine) = self.engine() {
                             wasm_bindgen_futures::spawn_local(async move {
                                 let _ = engine.reject(batch, err).await;
+                                self.settled(batch);
                             });
                         }
                     } else if let Some(r) = self.replies.borrow_mut().remove(&request_id) {
@@ -263,14 +275,19 @@ impl Sync {
                     .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
             );
         }
-        engine.server_documents(upserts).await?;
+        engine.mark_current(&current);
+        engine.server_documents(upserts, version, true).await?;
         if !limbo.is_empty() {
             // Documents that left a result: deleted, or changed so they no longer match.
             // A read tells which; until it answers the local copy stays.
             let names: Vec<DocumentName> = limbo.into_iter().collect();
             match self.request_get(names).await? {
-                ServerMessage::GetResult { documents, .. } => {
-                    engine.server_documents(documents).await?;
+                ServerMessage::GetResult {
+                    documents,
+                    version: read,
+                    ..
+                } => {
+                    engine.server_documents(documents, read, false).await?;
                 }
                 _ => {
                     return Err(ClientError::new(
@@ -299,6 +316,41 @@ impl Sync {
         Ok(())
     }
 
+    /// Batch `batch_id`'s answer has been taken by the engine: snapshots waiting on it go on.
+    fn settled(&self, batch_id: u64) {
+        self.unsettled.borrow_mut().remove(&batch_id);
+        self.wake_settle_waiters();
+    }
+
+    /// Wakes every snapshot waiting for batches to settle (they look again).
+    pub(super) fn wake_settle_waiters(&self) {
+        let waiters = std::mem::take(&mut *self.settle_waiters.borrow_mut());
+        for resolve in waiters {
+            let _ = resolve.call0(&wasm_bindgen::JsValue::UNDEFINED);
+        }
+    }
+
+    /// Waits until every batch `snapshot` may cover has been settled by the engine; false
+    /// when its connection is gone meanwhile (it is then not applied).
+    async fn wait_settled(&self, snapshot: &ReceivedSnapshot) -> bool {
+        loop {
+            if self.epoch.get() != snapshot.epoch {
+                return false;
+            }
+            let waiting = {
+                let unsettled = self.unsettled.borrow();
+                snapshot.awaiting.iter().any(|b| unsettled.contains(b))
+            };
+            if !waiting {
+                return true;
+            }
+            let promise = js_sys::Promise::new(&mut |resolve, _| {
+                self.settle_waiters.borrow_mut().push(resolve);
+            });
+            let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+        }
+    }
+
     /// Reads documents whose local view after an acknowledgement is only an estimate (see
     /// `Engine::acknowledge`) from the relay, unless a listen keeps them current anyway.
     pub(super) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
@@ -313,8 +365,11 @@ impl Sync {
             return;
         }
         let Some(engine) = self.engine() else { return };
-        if let Ok(ServerMessage::GetResult { documents, .. }) = self.request_get(names).await {
-            let _ = engine.server_documents(documents).await;
+        if let Ok(ServerMessage::GetResult {
+            documents, version, ..
+        }) = self.request_get(names).await
+        {
+            let _ = engine.server_documents(documents, version, false).await;
         }
     }
 
@@ -329,6 +384,7 @@ impl Sync {
             reads: Vec::new(),
         }) {
             self.writes.borrow_mut().insert(request_id, b.id);
+            self.unsettled.borrow_mut().insert(b.id);
         }
     }
 

@@ -128,12 +128,26 @@ pub struct Sync {
     snapshots: RefCell<std::collections::VecDeque<ReceivedSnapshot>>,
     /// Whether a task is applying `snapshots`.
     applying: Cell<bool>,
+    /// Batches sent on this connection whose answer the engine has not yet taken: a
+    /// Snapshot may cover one of them before its answer arrives (the relay's fan-out and
+    /// its acknowledgements are not ordered), and applying it over the still-pending batch
+    /// would count the batch twice; so a Snapshot waits for the batches sent before it.
+    unsettled: RefCell<std::collections::HashSet<u64>>,
+    /// Snapshots waiting for `unsettled` batches: resolved whenever one settles.
+    settle_waiters: RefCell<Vec<Function>>,
+    /// The connection's number: snapshots of an earlier connection are dropped (their
+    /// targets keep their resume versions and are asked again).
+    epoch: Cell<u64>,
 }
 
 /// A Snapshot with the target changes it makes consistent, taken when it arrived.
 struct ReceivedSnapshot {
     /// The version every answered target is now consistent at.
     version: u64,
+    /// The connection it came on (see `Sync::epoch`).
+    epoch: u64,
+    /// Batches sent before it and not yet settled: it may cover them.
+    awaiting: Vec<u64>,
     /// The changes of each answered target since the previous Snapshot, by target id.
     targets: Vec<(u32, Vec<(TargetChangeKind, Vec<DocumentChange>)>)>,
 }
@@ -179,6 +193,9 @@ impl Sync {
             open_waiters: RefCell::new(Vec::new()),
             snapshots: RefCell::new(std::collections::VecDeque::new()),
             applying: Cell::new(false),
+            unsettled: RefCell::new(std::collections::HashSet::new()),
+            settle_waiters: RefCell::new(Vec::new()),
+            epoch: Cell::new(0),
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);

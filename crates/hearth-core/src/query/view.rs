@@ -93,9 +93,12 @@ impl View {
         &self.docs
     }
 
-    /// Whether a change to this document could affect the view (it is in it, or matches now).
+    /// Whether a change to this document could affect the view (it is in it, or matches now;
+    /// with an offset, any document of the query's collection: the skipped ones count).
     pub fn affected_by(&self, name: &DocumentName, new: Option<&Document>) -> bool {
-        self.names.contains(name) || new.is_some_and(|d| self.matcher.matches(d))
+        self.names.contains(name)
+            || new.is_some_and(|d| self.matcher.matches(d))
+            || (self.matcher.query().offset > 0 && self.in_source(name))
     }
 
     /// Applies the new state of document `name` (`None`: deleted).
@@ -393,6 +396,17 @@ mod tests {
         assert_eq!(ids(&v), ["b", "c"]);
         assert_eq!(changes[0].kind, ChangeType::Added);
         assert_eq!(changes[0].new_index, Some(1));
+    }
+
+    #[test]
+    fn a_skipped_document_affects_an_offset_view() {
+        let v = View::new(query(None).offset(1), vec![doc("b", 8)]);
+        let a = doc("a", 9);
+        assert!(
+            v.affected_by(&a.name, None),
+            "a deletion in the skipped prefix"
+        );
+        assert!(!View::new(query(None), vec![doc("b", 8)]).affected_by(&a.name, None));
     }
 
     #[test]
