@@ -175,6 +175,10 @@ impl Sync {
         self.writes.borrow_mut().clear();
         self.epoch.set(self.epoch.get() + 1);
         self.unsettled.borrow_mut().clear();
+        // Answers not yet taken are asked again: the batches are sent again, and the relay
+        // answers a batch it committed with its first commit's version.
+        self.sent_order.borrow_mut().clear();
+        self.answers.borrow_mut().clear();
         self.wake_settle_waiters();
         for t in self.targets.borrow_mut().values_mut() {
             t.buffered.clear();

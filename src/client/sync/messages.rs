@@ -97,15 +97,8 @@ impl Sync {
                     r(Ok(m));
                     return;
                 }
-                self.writes.borrow_mut().remove(&request_id);
-                if let Some(engine) = self.engine() {
-                    wasm_bindgen_futures::spawn_local(async move {
-                        let stale = engine.acknowledge(batch_id, version).await;
-                        self.settled(batch_id);
-                        if let Ok(stale) = stale {
-                            self.refresh(stale).await;
-                        }
-                    });
+                if self.writes.borrow_mut().remove(&request_id).is_some() {
+                    self.answered(batch_id, Ok(version));
                 }
             }
             ServerMessage::TargetChange {
@@ -188,12 +181,7 @@ impl Sync {
                 if request_id != 0 {
                     let batch = self.writes.borrow_mut().remove(&request_id);
                     if let Some(batch) = batch {
-                        if let Some(engine) = self.engine() {
-                            wasm_bindgen_futures::spawn_local(async move {
-                                let _ = engine.reject(batch, err).await;
-                                self.settled(batch);
-                            });
-                        }
+                        self.answered(batch, Err(err));
                     } else if let Some(r) = self.replies.borrow_mut().remove(&request_id) {
                         r(Err(err));
                     }
@@ -316,6 +304,47 @@ impl Sync {
         Ok(())
     }
 
+    /// The relay answered batch `batch_id`: the engine takes the answers in sending order
+    /// (see `Sync::sent_order`), one task at a time.
+    fn answered(self: Rc<Self>, batch_id: u64, answer: Result<u64, ClientError>) {
+        self.answers.borrow_mut().insert(batch_id, answer);
+        if self.answering.replace(true) {
+            return;
+        }
+        wasm_bindgen_futures::spawn_local(async move {
+            loop {
+                let next = {
+                    let mut order = self.sent_order.borrow_mut();
+                    let mut answers = self.answers.borrow_mut();
+                    match order
+                        .front()
+                        .and_then(|id| answers.remove(id).map(|a| (*id, a)))
+                    {
+                        Some(next) => {
+                            order.pop_front();
+                            Some(next)
+                        }
+                        None => None,
+                    }
+                };
+                let Some((id, answer)) = next else { break };
+                let Some(engine) = self.engine() else { break };
+                let stale = match answer {
+                    Ok(version) => engine.acknowledge(id, version).await.unwrap_or_default(),
+                    Err(e) => {
+                        let _ = engine.reject(id, e).await;
+                        Vec::new()
+                    }
+                };
+                self.settled(id);
+                if !stale.is_empty() {
+                    wasm_bindgen_futures::spawn_local(self.clone().refresh(stale));
+                }
+            }
+            self.answering.set(false);
+        });
+    }
+
     /// Batch `batch_id`'s answer has been taken by the engine: snapshots waiting on it go on.
     fn settled(&self, batch_id: u64) {
         self.unsettled.borrow_mut().remove(&batch_id);
@@ -385,6 +414,7 @@ impl Sync {
         }) {
             self.writes.borrow_mut().insert(request_id, b.id);
             self.unsettled.borrow_mut().insert(b.id);
+            self.sent_order.borrow_mut().push_back(b.id);
         }
     }
 

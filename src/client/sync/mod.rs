@@ -138,6 +138,15 @@ pub struct Sync {
     /// The connection's number: snapshots of an earlier connection are dropped (their
     /// targets keep their resume versions and are asked again).
     epoch: Cell<u64>,
+    /// Batches sent on this connection, in sending order, until the engine took their
+    /// answers: the relay commits them in this order, but its answers may arrive in
+    /// another, and an acknowledgement's estimate of the server state is right only if the
+    /// earlier batches were acknowledged before it. Answers are taken in this order.
+    sent_order: RefCell<std::collections::VecDeque<u64>>,
+    /// Answers that arrived before those of batches sent earlier, by batch id.
+    answers: RefCell<HashMap<u64, Result<u64, ClientError>>>,
+    /// Whether a task is handing answers to the engine.
+    answering: Cell<bool>,
 }
 
 /// A Snapshot with the target changes it makes consistent, taken when it arrived.
@@ -196,6 +205,9 @@ impl Sync {
             unsettled: RefCell::new(std::collections::HashSet::new()),
             settle_waiters: RefCell::new(Vec::new()),
             epoch: Cell::new(0),
+            sent_order: RefCell::new(std::collections::VecDeque::new()),
+            answers: RefCell::new(HashMap::new()),
+            answering: Cell::new(false),
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);
