@@ -1,7 +1,7 @@
 // Reduced reproductions of what the model test found, small enough to debug by reading the
 // output: each runs a few writes in one or two headless Chromium clients against a real
 // relay, prints what the client showed and what it should have, and exits 1 if they differ.
-//   node pkg-tests/model/repro.mjs [counter-seq | counter-kill | group-merge | all]
+//   node pkg-tests/model/repro.mjs [counter-seq | counter-kill | group-merge | group-offline | group-race | all]
 // Timing decides how often each shows the fault; run it a few times.
 import { startBrowser, startServer, root } from '../e2e/harness.mjs';
 import { launchRelay } from './relay.mjs';
@@ -48,6 +48,12 @@ const counterState = async (p, reader) => ({
   relay: await reader.evaluate(async () => (await window.db.doc('counters/c').get({ source: 'server' })).data().n),
 });
 const decreases = (list) => list.some((v, i) => i > 0 && v < list[i - 1]);
+/** For snapshots written as `id:v,id:v,...`: whether one shows the ids with different `v`,
+ *  and the sequence of `v` (of the first document) for the growth checks. */
+const mixedAndValues = (shown) => ({
+  mixed: shown.filter((l) => new Set(l.split(',').filter(Boolean).map((x) => x.split(':')[1])).size > 1),
+  values: shown.filter(Boolean).map((l) => Number(l.split(',')[0].split(':')[1]) || 0),
+});
 
 const scenarios = {
   /** One client increments a counter it listens to, one increment every few milliseconds:
@@ -86,8 +92,9 @@ const scenarios = {
       return !decreases(s.shown) && s.cache === 9 && s.relay === 9 && s.shown.at(-1) === 9;
     } finally { await env.stop(); }
   },
-  /** Two batches from one client each merge `v: increment(1)` into three documents; a
-   *  collection listener must show the three equal in every snapshot. */
+  /** Four batches from one client each merge `v: increment(1)` into three documents; a
+   *  collection listener must show the three equal in every snapshot, `v` never going back
+   *  nor past 4, and the cache must end equal to the relay. */
   async 'group-merge'() {
     const env = await clients(1, 'repro-group');
     const [a] = env.pages;
@@ -110,9 +117,74 @@ const scenarios = {
         .docs.map((d) => `${d.id}:${d.data().v}`).join(','), source);
       const cache = await read('cache');
       const relay = await read('server');
+      const { mixed, values } = mixedAndValues(shown);
+      console.log(`group-merge: snapshots ${shown.map((l) => `[${l}]`).join(' ')}; cache [${cache}], relay [${relay}]; expected a, b, c equal in each, never going back or past 4, ending at 4`);
+      return mixed.length === 0 && !decreases(values) && Math.max(...values) <= 4
+        && [shown.at(-1), cache, relay].every((l) => l === 'a:4,b:4,c:4');
+    } finally { await env.stop(); }
+  },
+  /** Another client creates three documents; this one, offline, merges `v: increment(1)`
+   *  into all three in one batch, goes online and at once merges again: a collection
+   *  listener must show the three equal in every snapshot, `v` never going back nor past 2,
+   *  ending at 2. */
+  async 'group-offline'() {
+    const env = await clients(2, 'repro-offline');
+    const [a, b] = env.pages;
+    try {
+      await b.evaluate(() => Promise.all(['a', 'b', 'c'].map((id) => window.db.doc(`g/${id}`).set({ rank: 4 }))));
+      await a.evaluate(() => {
+        window.db.collection('g').onSnapshot((s) => window.shown.push(s.docs.map((d) => `${d.id}:${d.data().v}`).join(',')));
+      });
+      await sleep(1000);
+      const merge = () => a.evaluate(() => {
+        const batch = window.db.batch();
+        for (const id of ['a', 'b', 'c']) batch.set(window.db.doc(`g/${id}`), { v: window.hearth.FieldValue.increment(1), rank: 3 }, { merge: true });
+        batch.commit();
+      });
+      await a.evaluate(() => window.db.disableNetwork());
+      await merge();
+      await sleep(200);
+      await a.evaluate(() => window.db.enableNetwork());
+      await merge();
+      await a.evaluate(() => window.db.waitForPendingWrites());
+      await sleep(2000);
+      const shown = await a.evaluate(() => window.shown);
+      const { mixed, values } = mixedAndValues(shown);
+      console.log(`group-offline: snapshots ${shown.map((l) => `[${l}]`).join(' ')}; expected a, b, c equal in each, never going back or past 2, ending at 2`);
+      return mixed.length === 0 && !decreases(values) && Math.max(...values) <= 2 && shown.at(-1) === 'a:2,b:2,c:2';
+    } finally { await env.stop(); }
+  },
+  /** Another client's batch sets two documents while this one issues two batches setting
+   *  both (no waiting between the three): a collection listener on this client must show
+   *  the two equal in every snapshot, and once it showed its own last write (a2), only that
+   *  or the relay's final state (b1 if the relay committed it last, never a1): latency
+   *  compensation keeps a write shown until the relay's copy holds it or something newer. */
+  async 'group-race'() {
+    const env = await clients(2, 'repro-race');
+    const [a, b] = env.pages;
+    try {
+      await a.evaluate(() => {
+        window.db.collection('g').onSnapshot((s) => window.shown.push(s.docs.map((d) => `${d.id}:${d.data().w}`).join(',')));
+      });
+      await sleep(1000);
+      const batch = (p, w) => p.evaluate((w) => {
+        const bt = window.db.batch();
+        for (const id of ['a', 'b']) bt.set(window.db.doc(`g/${id}`), { w });
+        bt.commit();
+      }, w);
+      await batch(b, 'b1');
+      await batch(a, 'a1');
+      await batch(a, 'a2');
+      await a.evaluate(() => window.db.waitForPendingWrites());
+      await sleep(2000);
+      const shown = await a.evaluate(() => window.shown);
+      const relay = await b.evaluate(async () => (await window.db.collection('g').get({ source: 'server' }))
+        .docs.map((d) => `${d.id}:${d.data().w}`).join(','));
       const mixed = shown.filter((l) => new Set(l.split(',').filter(Boolean).map((x) => x.split(':')[1])).size > 1);
-      console.log(`group-merge: snapshots ${shown.map((l) => `[${l}]`).join(' ')}; cache [${cache}], relay [${relay}]; expected a, b, c equal in each, ending at 4`);
-      return mixed.length === 0 && [shown.at(-1), cache, relay].every((l) => l === 'a:4,b:4,c:4');
+      const last = shown.indexOf('a:a2,b:a2');
+      const back = last >= 0 && shown.slice(last).some((l) => l !== 'a:a2,b:a2' && l !== relay);
+      console.log(`group-race: snapshots ${shown.map((l) => `[${l}]`).join(' ')}; relay [${relay}]; expected a and b equal in each, only a2 or the relay's state once a2 was shown, ending as the relay`);
+      return mixed.length === 0 && !back && shown.at(-1) === relay;
     } finally { await env.stop(); }
   },
 };

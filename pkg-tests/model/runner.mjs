@@ -199,7 +199,7 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
     log.push('end: every client online; quiescence');
     await Promise.all(pages.map(async (_, c) => {
       try {
-        const rejected = await onPage(c, 'waitForPendingWrites and every write in flight', () => window.agent.quiesce(), undefined, 90000);
+        const rejected = await onPage(c, 'waitForPendingWrites and every write in flight', () => window.agent.quiesce(), undefined, 45000);
         if (rejected.length) notes.push(`client ${c}: waitForPendingWrites() rejected with ${rejected.join(', ')} (Firestore's resolves when earlier writes are refused)`);
       } catch (e) {
         const d = await drain(c);
