@@ -187,6 +187,9 @@ impl Sync {
                     }
                 } else if target_id != 0 {
                     let t = self.targets.borrow_mut().remove(&target_id);
+                    if let Some(name) = t.as_ref().and_then(|t| t.limbo.clone()) {
+                        self.limbo.borrow_mut().remove(&name);
+                    }
                     if let Some(t) = t {
                         self.by_listener.borrow_mut().remove(&t.listener);
                         if let Some(engine) = self.engine() {
@@ -213,6 +216,7 @@ impl Sync {
         let mut upserts: Vec<(DocumentName, Option<Document>)> = Vec::new();
         let mut limbo: BTreeSet<DocumentName> = BTreeSet::new();
         let mut current = Vec::new();
+        let mut resolved = Vec::new();
         // Targets that got a complete result: (query, its documents).
         let mut resets: Vec<(Query, BTreeSet<DocumentName>)> = Vec::new();
         {
@@ -231,8 +235,10 @@ impl Sync {
                                 DocumentChange::Remove(_) => None,
                             })
                             .collect();
-                        limbo.extend(t.docs.difference(&fresh).cloned());
-                        resets.push((t.query.clone(), fresh.clone()));
+                        if t.limbo.is_none() {
+                            limbo.extend(t.docs.difference(&fresh).cloned());
+                            resets.push((t.query.clone(), fresh.clone()));
+                        }
                         t.docs = fresh;
                     }
                     for c in changes {
@@ -244,46 +250,71 @@ impl Sync {
                             }
                             DocumentChange::Remove(n) => {
                                 t.docs.remove(&n);
-                                limbo.insert(n);
+                                // A limbo target's own document going is its answer.
+                                if t.limbo.is_none() {
+                                    limbo.insert(n);
+                                }
                             }
                         }
                     }
                 }
+                if let Some(name) = &t.limbo {
+                    // Resolved, consistently with this snapshot's other changes: the
+                    // document as it is at this version, or absent.
+                    if !t.docs.contains(name) {
+                        upserts.push((name.clone(), None));
+                    }
+                    resolved.push(id);
+                    continue;
+                }
                 current.push(id);
             }
+            // A document that left a result and is in no other one (nor upserted by one) is
+            // taken as gone at this version, in this snapshot, so that every listener drops
+            // it together with the rest of the commit (a batch deleting several documents
+            // shows whole); its limbo target then tells whether it changed instead.
+            let upserted: BTreeSet<&DocumentName> = upserts.iter().map(|(n, _)| n).collect();
+            limbo.retain(|n| {
+                !upserted.contains(n)
+                    && !targets
+                        .values()
+                        .any(|t| t.limbo.is_none() && t.docs.contains(n))
+            });
+        }
+        for id in resolved {
+            if let Some(t) = self.targets.borrow_mut().remove(&id) {
+                if let Some(name) = t.limbo {
+                    self.limbo.borrow_mut().remove(&name);
+                }
+            }
+            self.send(&ClientMessage::Unlisten { target_id: id });
         }
         // Cached documents the local view still shows for a reset target (e.g. after a reload,
         // or changes missed while offline) but the relay's result lacks are read again.
         for (query, fresh) in resets {
             let local = engine.query(&query).await?;
+            let targets = self.targets.borrow();
+            let elsewhere = |n: &DocumentName| {
+                targets
+                    .values()
+                    .any(|t| t.limbo.is_none() && t.docs.contains(n))
+            };
             limbo.extend(
                 local
                     .into_iter()
                     .map(|d| d.name)
-                    .filter(|n| !fresh.contains(n) && !engine.is_pending(n)),
+                    .filter(|n| !fresh.contains(n) && !engine.is_pending(n) && !elsewhere(n)),
             );
         }
+        upserts.extend(limbo.iter().map(|n| (n.clone(), None)));
         engine.mark_current(&current);
         engine.server_documents(upserts, version, true).await?;
-        if !limbo.is_empty() {
-            // Documents that left a result: deleted, or changed so they no longer match.
-            // A read tells which; until it answers the local copy stays.
-            let names: Vec<DocumentName> = limbo.into_iter().collect();
-            match self.request_get(names).await? {
-                ServerMessage::GetResult {
-                    documents,
-                    version: read,
-                    ..
-                } => {
-                    engine.server_documents(documents, read, false).await?;
-                }
-                _ => {
-                    return Err(ClientError::new(
-                        ErrorCode::Internal,
-                        "unexpected reply to a read",
-                    ))
-                }
-            }
+        // Documents that left a result: deleted, or changed so they no longer match. Each
+        // is listened to until a snapshot says which, so that its new state comes in a
+        // snapshot consistent with every other change (a read would answer at a later
+        // version than the rest of the cache); until then the local copy stays.
+        for name in limbo {
+            self.listen_limbo(name);
         }
         let mut persist = Vec::new();
         {
@@ -446,6 +477,7 @@ impl Sync {
                 buffered: Vec::new(),
                 answered: false,
                 sent: false,
+                limbo: None,
             },
         );
         self.by_listener.borrow_mut().insert(listener, target_id);
@@ -456,6 +488,45 @@ impl Sync {
             target_id,
             query,
             resume_version: resume,
+        });
+        if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
+            t.sent = sent;
+        }
+    }
+
+    /// Listens to document `name`, in limbo, unless a limbo target already does.
+    fn listen_limbo(&self, name: DocumentName) {
+        if self.limbo.borrow().contains_key(&name) {
+            return;
+        }
+        let target_id = self.next_target.get();
+        self.next_target.set(target_id + 1);
+        let query = Query::collection(name.parent()).where_(
+            "__name__",
+            hearth_core::query::model::Operator::Equal,
+            hearth_core::value::Value::Reference(name.clone()),
+        );
+        let mut key = Vec::new();
+        encode_query(&query, &mut key);
+        self.targets.borrow_mut().insert(
+            target_id,
+            Target {
+                listener: 0,
+                query: query.clone(),
+                key,
+                resume: None,
+                docs: BTreeSet::new(),
+                buffered: Vec::new(),
+                answered: false,
+                sent: false,
+                limbo: Some(name.clone()),
+            },
+        );
+        self.limbo.borrow_mut().insert(name, target_id);
+        let sent = self.send(&ClientMessage::Listen {
+            target_id,
+            query,
+            resume_version: None,
         });
         if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
             t.sent = sent;

@@ -67,6 +67,8 @@ struct Target {
     /// This target's Listen went out on the current connection (sent once per connection: a
     /// second Listen of one target is refused by the relay).
     sent: bool,
+    /// For a limbo target (no listener): the document it resolves (see `messages`).
+    limbo: Option<DocumentName>,
 }
 
 /// The connection state of one database.
@@ -147,6 +149,9 @@ pub struct Sync {
     answers: RefCell<HashMap<u64, Result<u64, ClientError>>>,
     /// Whether a task is handing answers to the engine.
     answering: Cell<bool>,
+    /// Documents in limbo (they left a result; deleted, or changed so they no longer
+    /// match) with the target that resolves each.
+    limbo: RefCell<HashMap<DocumentName, u32>>,
 }
 
 /// A Snapshot with the target changes it makes consistent, taken when it arrived.
@@ -208,6 +213,7 @@ impl Sync {
             sent_order: RefCell::new(std::collections::VecDeque::new()),
             answers: RefCell::new(HashMap::new()),
             answering: Cell::new(false),
+            limbo: RefCell::new(HashMap::new()),
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);
