@@ -1,7 +1,7 @@
 //! The sync layer: one WebSocket to `hearth-relay` per open database, reconnection with
 //! exponential backoff and jitter, heartbeat-based dead-link detection, listen resumption from
-//! stored versions, the write queue flushed in order with idempotent batch ids, and reads
-//! that resolve documents a listen dropped ("limbo" documents).
+//! stored versions, the write queue flushed in order with idempotent batch ids, and
+//! a listen on each document a listen dropped ("limbo" documents), resolved in a snapshot.
 //!
 //! The parts: this module holds the [`Sync`] state, its start (the engine's hooks), requests
 //! and their replies, and the network switch; `connection` the socket's life (connect, the
