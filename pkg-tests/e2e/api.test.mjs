@@ -114,18 +114,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { installCode, startRelay, useEnvironment } from './harness.mjs';
+import { startRelay, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const open = env.open;
 const serverRead = env.serverRead;
 
-/** A test page with `window.code` (the harness's `installCode`). */
-async function page() {
-  const p = await env.page();
-  await installCode(p);
-  return p;
-}
+const page = env.page;
 
 /** An HS256 JWT for `claims`, signed with `secret`. */
 function jwt(secret, claims) {

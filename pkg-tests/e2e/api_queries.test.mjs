@@ -5,18 +5,13 @@
 // Firestore (the reason says how). Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertTrackersClean, installCode, installTracker, startBrowser, useEnvironment } from './harness.mjs';
+import { assertTrackersClean, installTracker, startBrowser, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const open = env.open;
 const serverRead = env.serverRead;
 
-/** A test page with `window.code` (the harness's `installCode`). */
-async function page() {
-  const p = await env.page();
-  await installCode(p);
-  return p;
-}
+const page = env.page;
 
 /** Runs the query `build(collection, hearth)` (its source) from the cache and from the relay in
  *  page `p`: each side's ids, or its error code (a refusal while building counts too). */

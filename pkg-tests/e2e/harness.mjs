@@ -94,13 +94,18 @@ export async function startBrowser() {
 
 /** The environment of one test file: a relay (started with `relayArgs`), a file server and a
  *  browser, started before its tests and stopped after them (node:test hooks). `env.page()`
- *  opens the test page, which loads the package; `env.open(page, name, extra)` opens database
- *  `name` there with this relay (and `extra` options), kept as `window.db`;
+ *  opens the test page, which loads the package, with `window.code` (`installCode`);
+ *  `env.open(page, name, extra)` opens database `name` there with this relay (and `extra`
+ *  options), kept as `window.db`;
  *  `env.serverRead(name, path)` reads a document from the relay through a fresh page (another
  *  client of database `name`): its data, or null if it does not exist. */
 export function useEnvironment(relayArgs = []) {
   const env = {
-    page: () => env.browser.page(`${env.server.origin}/pkg-tests/e2e/page.html`),
+    page: async () => {
+      const p = await env.browser.page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+      await installCode(p);
+      return p;
+    },
     open: (p, name, extra = {}) => p.evaluate(async ({ name, url, extra }) => {
       window.db = await window.hearth.Hearth.open({ name, relay: url, ...extra });
     }, { name, url: env.relay.url, extra }),

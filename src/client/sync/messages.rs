@@ -461,36 +461,23 @@ impl Sync {
                 .map(|n| n.saturating_add(i64::try_from(query.offset).unwrap_or(i64::MAX)));
             query.offset = 0;
         }
-        let target_id = self.next_target.get();
-        self.next_target.set(target_id + 1);
         let mut key = Vec::new();
         encode_query(&query, &mut key);
         let resume = self.stored_resume.borrow().get(&key).copied();
-        self.targets.borrow_mut().insert(
-            target_id,
-            Target {
-                listener,
-                query: query.clone(),
-                key,
-                resume,
-                docs: BTreeSet::new(),
-                buffered: Vec::new(),
-                answered: false,
-                sent: false,
-                limbo: None,
-            },
-        );
+        let target_id = self.add_target(Target {
+            listener,
+            query,
+            key,
+            resume,
+            docs: BTreeSet::new(),
+            buffered: Vec::new(),
+            answered: false,
+            sent: false,
+            limbo: None,
+        });
         self.by_listener.borrow_mut().insert(listener, target_id);
         if let Some(e) = self.engine() {
             e.bind_target(listener, Some(target_id));
-        }
-        let sent = self.send(&ClientMessage::Listen {
-            target_id,
-            query,
-            resume_version: resume,
-        });
-        if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
-            t.sent = sent;
         }
     }
 
@@ -499,8 +486,6 @@ impl Sync {
         if self.limbo.borrow().contains_key(&name) {
             return;
         }
-        let target_id = self.next_target.get();
-        self.next_target.set(target_id + 1);
         let query = Query::collection(name.parent()).where_(
             "__name__",
             hearth_core::query::model::Operator::Equal,
@@ -508,29 +493,36 @@ impl Sync {
         );
         let mut key = Vec::new();
         encode_query(&query, &mut key);
-        self.targets.borrow_mut().insert(
-            target_id,
-            Target {
-                listener: 0,
-                query: query.clone(),
-                key,
-                resume: None,
-                docs: BTreeSet::new(),
-                buffered: Vec::new(),
-                answered: false,
-                sent: false,
-                limbo: Some(name.clone()),
-            },
-        );
-        self.limbo.borrow_mut().insert(name, target_id);
-        let sent = self.send(&ClientMessage::Listen {
-            target_id,
+        let target_id = self.add_target(Target {
+            listener: 0,
             query,
-            resume_version: None,
+            key,
+            resume: None,
+            docs: BTreeSet::new(),
+            buffered: Vec::new(),
+            answered: false,
+            sent: false,
+            limbo: Some(name.clone()),
         });
+        self.limbo.borrow_mut().insert(name, target_id);
+    }
+
+    /// Gives `target` an id, keeps it, and sends its Listen if the socket is welcomed (else
+    /// the next Welcome sends it). Returns the id.
+    fn add_target(&self, target: Target) -> u32 {
+        let target_id = self.next_target.get();
+        self.next_target.set(target_id + 1);
+        let listen = ClientMessage::Listen {
+            target_id,
+            query: target.query.clone(),
+            resume_version: target.resume,
+        };
+        self.targets.borrow_mut().insert(target_id, target);
+        let sent = self.send(&listen);
         if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
             t.sent = sent;
         }
+        target_id
     }
 
     /// Drops listener `listener`'s target, keeping its resume version for a later listen.

@@ -30,6 +30,15 @@ fn now_micros() -> i64 {
         .unwrap()
 }
 
+/// Sets every changelog record's commit time (µs) of the stopped relay to `micros`, as
+/// a run with the clock at that time would have written them.
+fn set_commit_times(dir: &Path, micros: i64) {
+    edit_changelog(dir, |_, record| {
+        record[..8].copy_from_slice(&micros.to_be_bytes());
+        true
+    });
+}
+
 /// Rewrites the stopped relay's changelog records of database [`DB`]: `edit(version,
 /// record)` changes a record in place, or returns false to delete it.
 fn edit_changelog(dir: &Path, mut edit: impl FnMut(u64, &mut Vec<u8>) -> bool) {
@@ -97,10 +106,7 @@ async fn resume_after_restarts_and_a_clock_step_is_complete() {
     stop(relay).await;
     // The machine's clock was a day ahead during that run, and is right from now on.
     let ahead = now_micros() + 86_400_000_000;
-    edit_changelog(dir.path(), |_, record| {
-        record[..8].copy_from_slice(&ahead.to_be_bytes());
-        true
-    });
+    set_commit_times(dir.path(), ahead);
 
     // Second run: commits at the right time, which is before the first run's.
     let relay = Relay::start(dir.path(), &[]);
@@ -180,10 +186,7 @@ async fn old_records_load_and_commit_times_go_on_from_the_stored_one() {
     // batch record of version and time, a version record of the version alone. And the last
     // commit an hour ahead of the clock (the clock has been put back since).
     let ahead = now_micros() + 3_600_000_000;
-    edit_changelog(dir.path(), |_, record| {
-        record[..8].copy_from_slice(&ahead.to_be_bytes());
-        true
-    });
+    set_commit_times(dir.path(), ahead);
     let db = redb::Database::create(dir.path().join("hearth.redb")).unwrap();
     let txn = db.begin_write().unwrap();
     {
