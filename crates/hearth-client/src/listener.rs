@@ -96,16 +96,13 @@ impl Target {
                 .iter()
                 .filter_map(|c| match c {
                     DocumentChange::Upsert(d) => Some(d.clone()),
-                    DocumentChange::Remove(_) => None,
+                    _ => None,
                 })
                 .collect();
             rest = &changed[n..];
         }
         for c in rest {
-            let name = match c {
-                DocumentChange::Upsert(d) => &d.name,
-                DocumentChange::Remove(n) => n,
-            };
+            let name = c.name();
             if let Some(p) = self.docs.iter().position(|d| d.name == *name) {
                 self.docs.remove(p);
             }

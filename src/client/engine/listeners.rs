@@ -3,7 +3,7 @@
 //! the relay's targets and the write queue decide. Callbacks are queued in the outbox and run
 //! by `flush` only once no engine state is borrowed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use super::Engine;
@@ -400,6 +400,31 @@ impl Engine {
     pub fn targets_current(&self, targets: &[u32]) {
         self.mark_current(targets);
         self.refresh_metadata();
+    }
+
+    /// Documents listener `id` shows that are not in `synced` (its target's result at the
+    /// relay) and have no pending write (`pending`): stale copies in limbo.
+    pub fn unsynced(
+        &self,
+        id: u64,
+        synced: &BTreeSet<DocumentName>,
+        pending: &HashSet<DocumentName>,
+    ) -> Vec<DocumentName> {
+        let listeners = self.listeners.borrow();
+        let Some(l) = listeners.get(&id) else {
+            return Vec::new();
+        };
+        let stale = |n: &DocumentName| !synced.contains(n) && !pending.contains(n);
+        match &l.watched {
+            Watched::Query(view) => view
+                .documents()
+                .iter()
+                .filter(|d| stale(&d.name))
+                .map(|d| d.name.clone())
+                .collect(),
+            Watched::Document(name, Some(_)) if stale(name) => vec![name.clone()],
+            Watched::Document(..) => Vec::new(),
+        }
     }
 
     /// Marks relay targets consistent without raising anything yet: the snapshot that brings

@@ -89,6 +89,12 @@ pub struct Engine {
     /// when their batch is acknowledged, the order of that state and the commit is unknown
     /// (see `acknowledge`).
     received_while_pending: RefCell<HashSet<DocumentName>>,
+    /// Documents the server state holds as absent, with the version they are known absent
+    /// at (a deletion's acknowledgement, a listen's `Delete`, a read): an older state of one
+    /// arriving later (a snapshot the fan-out publishes after the acknowledgement, a read
+    /// answered before the commit) is ignored, as it would bring a deleted document back.
+    /// Kept in memory until a snapshot at or after that version is applied (`forget_absent`).
+    absent_at: RefCell<HashMap<DocumentName, u64>>,
     /// Promises waiting on a batch's answer, by batch id.
     waiters: RefCell<HashMap<u64, Vec<Settle>>>,
     /// The last write ticket handed out (see `pending`).
@@ -207,6 +213,7 @@ impl Engine {
             tag_lock: RefCell::new(tag_lock),
             queue: RefCell::new(queue),
             received_while_pending: RefCell::new(HashSet::new()),
+            absent_at: RefCell::new(HashMap::new()),
             waiters: RefCell::new(HashMap::new()),
             tickets_issued: Cell::new(0),
             landing: RefCell::new(BTreeSet::new()),

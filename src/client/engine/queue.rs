@@ -168,7 +168,7 @@ impl Engine {
     }
 
     /// Names of every document with a pending write (one pass over the queue).
-    pub(super) fn pending_names(&self) -> HashSet<DocumentName> {
+    pub fn pending_names(&self) -> HashSet<DocumentName> {
         self.queue
             .borrow()
             .iter()
@@ -515,8 +515,15 @@ impl Engine {
                 .filter(|m| m.name == n)
                 .all(writes_whole_document);
             match base {
-                Some(Some(doc)) if doc.update_version >= version => {
-                    let rebuilt = self.rebuild(&n, Some(doc))?;
+                // The relay's state after the commit has arrived already (a listen, a read):
+                // it includes the batch.
+                Some(known)
+                    if known
+                        .as_ref()
+                        .map_or_else(|| self.absent_version(&n), |d| d.update_version)
+                        >= version =>
+                {
+                    let rebuilt = self.rebuild(&n, known)?;
                     if rebuilt != local {
                         ops.push(self.doc_op(&n, rebuilt.as_ref())?);
                     }
@@ -549,6 +556,9 @@ impl Engine {
                     }
                     if received || !whole || estimate.is_none() {
                         stale.push(n.clone());
+                    }
+                    if let Some(server) = &estimate {
+                        self.note_server_state(&n, server.as_ref(), version);
                     }
                     match estimate {
                         Some(server) if self.has_pending(&n) => {

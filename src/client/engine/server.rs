@@ -131,13 +131,15 @@ impl Engine {
                         continue;
                     }
                     match kept {
-                        Some(b) if !remote_is_unknown(&b) => {
-                            decode_remote(&b)?.map_or(0, |d| d.update_version)
-                        }
+                        Some(b) if !remote_is_unknown(&b) => match decode_remote(&b)? {
+                            Some(d) => d.update_version,
+                            None => self.absent_version(&name),
+                        },
                         _ => 0,
                     }
                 } else {
-                    old.as_ref().map_or(0, |d| d.update_version)
+                    old.as_ref()
+                        .map_or_else(|| self.absent_version(&name), |d| d.update_version)
                 };
                 let older = match &server {
                     Some(s) => s.update_version < held,
@@ -146,6 +148,7 @@ impl Engine {
                 if older {
                     continue;
                 }
+                self.note_server_state(&name, server.as_ref(), read_version);
                 let local = if is_pending {
                     self.received_while_pending
                         .borrow_mut()
@@ -171,6 +174,40 @@ impl Engine {
         self.local_changed(&changed).await;
         self.wrote(written);
         Ok(())
+    }
+}
+
+impl Engine {
+    /// The version document `name` is known absent at by the server (0: not known).
+    pub(super) fn absent_version(&self, name: &DocumentName) -> u64 {
+        self.absent_at.borrow().get(name).copied().unwrap_or(0)
+    }
+
+    /// Notes a server state taken for `name`: an absence at `version` (0: unknown) is kept
+    /// (see `absent_at`), a present document replaces it.
+    pub(super) fn note_server_state(
+        &self,
+        name: &DocumentName,
+        state: Option<&Document>,
+        version: u64,
+    ) {
+        let mut absent = self.absent_at.borrow_mut();
+        match state {
+            Some(_) => {
+                absent.remove(name);
+            }
+            None if version > 0 => {
+                let v = absent.entry(name.clone()).or_insert(version);
+                *v = (*v).max(version);
+            }
+            None => {}
+        }
+    }
+
+    /// A snapshot at `version` was applied: absences known at or before it no longer need
+    /// guarding (later snapshots are newer).
+    pub fn forget_absent(&self, version: u64) {
+        self.absent_at.borrow_mut().retain(|_, v| *v > version);
     }
 }
 

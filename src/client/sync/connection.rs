@@ -166,6 +166,7 @@ impl Sync {
     /// again and targets listen again on the next Welcome), and listeners go `fromCache`.
     pub(super) fn forget_connection(&self, why: &str) {
         let was_open = self.open.replace(false);
+        self.queue_sent.set(false);
         // Collected first: a reply may call back into this state.
         let replies: Vec<super::Reply> =
             self.replies.borrow_mut().drain().map(|(_, r)| r).collect();

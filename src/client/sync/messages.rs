@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use super::{ReceivedSnapshot, Sync, Target};
-use crate::client::engine::Batch;
+use crate::client::engine::{Batch, Engine};
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
 use hearth_core::document::Document;
@@ -16,7 +16,71 @@ use hearth_core::protocol::codec::encode_query;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::Query;
 
+/// The server states a snapshot carries, one per document: the newest, an absence read at
+/// a version counting as newer than a document written at or before it.
+#[derive(Default)]
+struct States {
+    /// Each document's state and the version it is known at.
+    by_name: std::collections::HashMap<DocumentName, (u64, Option<Document>)>,
+}
+
+impl States {
+    fn offer(&mut self, name: DocumentName, at: u64, state: Option<Document>) {
+        match self.by_name.get_mut(&name) {
+            Some(held) => {
+                let newer = at > held.0 || (at == held.0 && state.is_none());
+                if newer {
+                    *held = (at, state);
+                }
+            }
+            None => {
+                self.by_name.insert(name, (at, state));
+            }
+        }
+    }
+
+    fn into_list(self) -> Vec<(DocumentName, Option<Document>)> {
+        self.by_name
+            .into_iter()
+            .map(|(name, (_, state))| (name, state))
+            .collect()
+    }
+}
+
 impl Sync {
+    /// Keeps a limbo listen on each document a listener shows that its target's result
+    /// lacks, and drops the ones no longer needed. Only targets whose whole result the
+    /// relay has sent on this connection count (a resumed Delta says only what changed).
+    fn resolve_limbo(&self, engine: &Engine) {
+        let wanted: BTreeSet<DocumentName> = {
+            let pending = engine.pending_names();
+            let targets = self.targets.borrow();
+            targets
+                .values()
+                .filter(|t| t.limbo.is_none() && t.complete && t.answered)
+                .flat_map(|t| engine.unsynced(t.listener, &t.docs, &pending))
+                .collect()
+        };
+        let unneeded: Vec<u32> = self
+            .limbo
+            .borrow()
+            .iter()
+            .filter(|(name, _)| !wanted.contains(*name))
+            .map(|(_, id)| *id)
+            .collect();
+        for id in unneeded {
+            if let Some(t) = self.targets.borrow_mut().remove(&id) {
+                if let Some(name) = t.limbo {
+                    self.limbo.borrow_mut().remove(&name);
+                }
+            }
+            self.send(&ClientMessage::Unlisten { target_id: id });
+        }
+        for name in wanted {
+            self.listen_limbo(name);
+        }
+    }
+
     /// After an eviction the cache may lack documents of targets not being listened to:
     /// their resume versions go (in memory and stored), so they are fetched whole next time.
     /// Listened targets keep theirs: their documents are held.
@@ -58,6 +122,7 @@ impl Sync {
                 self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
                 self.schedule_token_refresh();
                 self.wake_open_waiters();
+                let epoch = self.epoch.get();
                 wasm_bindgen_futures::spawn_local(async move {
                     let Some(engine) = self.engine() else { return };
                     let _ = engine.set_indexes(indexes).await;
@@ -80,8 +145,12 @@ impl Sync {
                             resume_version,
                         });
                     }
-                    for b in engine.pending_batches() {
-                        self.send_batch(&b);
+                    // A socket dropped meanwhile sends nothing; its successor's Welcome will.
+                    if self.open.get() && self.epoch.get() == epoch {
+                        for b in engine.pending_batches() {
+                            self.send_batch(&b);
+                        }
+                        self.queue_sent.set(true);
                     }
                 });
             }
@@ -204,21 +273,22 @@ impl Sync {
         }
     }
 
-    /// A Snapshot: the changes of its targets enter the local view, documents that left a
-    /// result are read again (limbo), and only once all of that is stored are the targets'
-    /// resume versions stored and their listeners current. An error leaves the resume
-    /// versions where they were, so the changes are asked for again.
+    /// A Snapshot: the changes of its targets enter the local view, and only once they are
+    /// stored are the targets' resume versions stored and their listeners current. An error
+    /// leaves the resume versions where they were, so the changes are asked for again.
+    ///
+    /// The relay says how every document that left a result left it (`Remove`: unchanged,
+    /// `Leave`: changed, with its content, `Delete`: gone), so the local view never guesses.
+    /// A document a listener still shows that its target's result lacks (a stale copy from
+    /// a read, or from a result it left long ago) is in limbo: a listen on it keeps it
+    /// current while it is shown, as Firestore's limbo resolution does.
     async fn on_snapshot(self: Rc<Self>, snapshot: ReceivedSnapshot) -> Result<(), ClientError> {
         let Some(engine) = self.engine() else {
             return Ok(());
         };
         let version = snapshot.version;
-        let mut upserts: Vec<(DocumentName, Option<Document>)> = Vec::new();
-        let mut limbo: BTreeSet<DocumentName> = BTreeSet::new();
+        let mut states = States::default();
         let mut current = Vec::new();
-        let mut resolved = Vec::new();
-        // Targets that got a complete result: (query, its documents).
-        let mut resets: Vec<(Query, BTreeSet<DocumentName>)> = Vec::new();
         {
             let mut targets = self.targets.borrow_mut();
             for (id, buffered) in snapshot.targets {
@@ -228,94 +298,45 @@ impl Sync {
                 };
                 for (kind, changes) in buffered {
                     if kind == TargetChangeKind::Reset {
-                        let fresh: BTreeSet<DocumentName> = changes
-                            .iter()
-                            .filter_map(|c| match c {
-                                DocumentChange::Upsert(d) => Some(d.name.clone()),
-                                DocumentChange::Remove(_) => None,
-                            })
-                            .collect();
-                        if t.limbo.is_none() {
-                            limbo.extend(t.docs.difference(&fresh).cloned());
-                            resets.push((t.query.clone(), fresh.clone()));
-                        }
-                        t.docs = fresh;
+                        t.docs.clear();
+                        t.complete = true;
                     }
                     for c in changes {
                         match c {
                             DocumentChange::Upsert(d) => {
                                 t.docs.insert(d.name.clone());
-                                limbo.remove(&d.name);
-                                upserts.push((d.name.clone(), Some(d)));
+                                states.offer(d.name.clone(), d.update_version, Some(d));
                             }
                             DocumentChange::Remove(n) => {
                                 t.docs.remove(&n);
-                                // A limbo target's own document going is its answer.
-                                if t.limbo.is_none() {
-                                    limbo.insert(n);
-                                }
+                            }
+                            DocumentChange::Leave(d) => {
+                                t.docs.remove(&d.name);
+                                states.offer(d.name.clone(), d.update_version, Some(d));
+                            }
+                            DocumentChange::Delete { name, version } => {
+                                t.docs.remove(&name);
+                                states.offer(name, version, None);
                             }
                         }
                     }
                 }
-                if let Some(name) = &t.limbo {
-                    // Resolved, consistently with this snapshot's other changes: the
-                    // document as it is at this version, or absent.
-                    if !t.docs.contains(name) {
-                        upserts.push((name.clone(), None));
+                match &t.limbo {
+                    // A limbo target's document absent from its result is gone.
+                    Some(name) if !t.docs.contains(name) => {
+                        states.offer(name.clone(), version, None);
                     }
-                    resolved.push(id);
-                    continue;
-                }
-                current.push(id);
-            }
-            // A document that left a result and is in no other one (nor upserted by one) is
-            // taken as gone at this version, in this snapshot, so that every listener drops
-            // it together with the rest of the commit (a batch deleting several documents
-            // shows whole); its limbo target then tells whether it changed instead.
-            let upserted: BTreeSet<&DocumentName> = upserts.iter().map(|(n, _)| n).collect();
-            limbo.retain(|n| {
-                !upserted.contains(n)
-                    && !targets
-                        .values()
-                        .any(|t| t.limbo.is_none() && t.docs.contains(n))
-            });
-        }
-        for id in resolved {
-            if let Some(t) = self.targets.borrow_mut().remove(&id) {
-                if let Some(name) = t.limbo {
-                    self.limbo.borrow_mut().remove(&name);
+                    Some(_) => {}
+                    None => current.push(id),
                 }
             }
-            self.send(&ClientMessage::Unlisten { target_id: id });
         }
-        // Cached documents the local view still shows for a reset target (e.g. after a reload,
-        // or changes missed while offline) but the relay's result lacks are read again.
-        for (query, fresh) in resets {
-            let local = engine.query(&query).await?;
-            let targets = self.targets.borrow();
-            let elsewhere = |n: &DocumentName| {
-                targets
-                    .values()
-                    .any(|t| t.limbo.is_none() && t.docs.contains(n))
-            };
-            limbo.extend(
-                local
-                    .into_iter()
-                    .map(|d| d.name)
-                    .filter(|n| !fresh.contains(n) && !engine.is_pending(n) && !elsewhere(n)),
-            );
-        }
-        upserts.extend(limbo.iter().map(|n| (n.clone(), None)));
         engine.mark_current(&current);
-        engine.server_documents(upserts, version, true).await?;
-        // Documents that left a result: deleted, or changed so they no longer match. Each
-        // is listened to until a snapshot says which, so that its new state comes in a
-        // snapshot consistent with every other change (a read would answer at a later
-        // version than the rest of the cache); until then the local copy stays.
-        for name in limbo {
-            self.listen_limbo(name);
-        }
+        engine
+            .server_documents(states.into_list(), version, true)
+            .await?;
+        engine.forget_absent(version);
+        self.resolve_limbo(&engine);
         let mut persist = Vec::new();
         {
             let mut targets = self.targets.borrow_mut();
@@ -473,6 +494,7 @@ impl Sync {
             buffered: Vec::new(),
             answered: false,
             sent: false,
+            complete: false,
             limbo: None,
         });
         self.by_listener.borrow_mut().insert(listener, target_id);
@@ -502,6 +524,7 @@ impl Sync {
             buffered: Vec::new(),
             answered: false,
             sent: false,
+            complete: false,
             limbo: Some(name.clone()),
         });
         self.limbo.borrow_mut().insert(name, target_id);

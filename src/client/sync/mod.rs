@@ -67,6 +67,9 @@ struct Target {
     /// This target's Listen went out on the current connection (sent once per connection: a
     /// second Listen of one target is refused by the relay).
     sent: bool,
+    /// The relay sent its whole result (a Reset) since the target was made, so `docs` is
+    /// all of it; a resumed target's first Delta says only what changed.
+    complete: bool,
     /// For a limbo target (no listener): the document it resolves (see `messages`).
     limbo: Option<DocumentName>,
 }
@@ -94,6 +97,10 @@ pub struct Sync {
     auth_timer: RefCell<Option<(Closure<dyn FnMut()>, f64)>>,
     /// Whether the relay welcomed the current socket: only then are messages sent.
     open: Cell<bool>,
+    /// Whether the current socket has been sent the batches queued before its Welcome: a
+    /// new batch is sent at once only then, so that batches reach the relay in queue order
+    /// (the Welcome's task sends the queue after an await).
+    queue_sent: Cell<bool>,
     /// Whether the app allows the network (`enableNetwork()` / `disableNetwork()`).
     enabled: Cell<bool>,
     /// Whether the database was closed: nothing reconnects after.
@@ -191,6 +198,7 @@ impl Sync {
             timer: RefCell::new(None),
             auth_timer: RefCell::new(None),
             open: Cell::new(false),
+            queue_sent: Cell::new(false),
             enabled: Cell::new(true),
             closed: Cell::new(false),
             backoff_ms: Cell::new(250.0),
@@ -219,7 +227,9 @@ impl Sync {
         let w = Rc::downgrade(&sync);
         *engine.on_batch.borrow_mut() = Some(Box::new(move |b: &Batch| {
             if let Some(s) = w.upgrade() {
-                s.send_batch(b);
+                if s.queue_sent.get() {
+                    s.send_batch(b);
+                }
             }
         }));
         let w = Rc::downgrade(&sync);

@@ -196,10 +196,37 @@ pub enum TargetChangeKind {
 }
 
 /// One document's change in a target.
+///
+/// A document that leaves a result says why, so that a client never has to guess (and
+/// never shows a document that is gone, or drops one that merely moved out of a window):
+/// `Remove` when the document itself did not change (another one pushed it out of a
+/// `limit` or `offset` window), `Leave` with its new content when it changed and no longer
+/// matches, `Delete` when it no longer exists.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DocumentChange {
     /// The document is in the result with this content (added or modified).
     Upsert(Document),
-    /// The document left the result (deleted, or no longer matching).
+    /// The document left the result without changing: the client's copy is still current.
     Remove(DocumentName),
+    /// The document left the result because it changed: this is its new content, which
+    /// does not match (or falls outside the window).
+    Leave(Document),
+    /// The document left the result because it does not exist at `version` (the commit
+    /// that deleted it, or the version the relay read its absence at).
+    Delete {
+        /// The deleted document.
+        name: DocumentName,
+        /// A version at which it is absent.
+        version: u64,
+    },
+}
+
+impl DocumentChange {
+    /// The name of the document changed.
+    pub fn name(&self) -> &DocumentName {
+        match self {
+            DocumentChange::Upsert(d) | DocumentChange::Leave(d) => &d.name,
+            DocumentChange::Remove(name) | DocumentChange::Delete { name, .. } => name,
+        }
+    }
 }

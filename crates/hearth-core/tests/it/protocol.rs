@@ -114,6 +114,11 @@ fn a_session_round_trips_frame_by_frame() {
         changes: vec![
             DocumentChange::Upsert(doc.clone()),
             DocumentChange::Remove(name("instruments/ZZZ")),
+            DocumentChange::Leave(doc.clone()),
+            DocumentChange::Delete {
+                name: name("instruments/YYY"),
+                version: 40,
+            },
         ],
     });
     server_round_trip(ServerMessage::Snapshot { version: 41 });

@@ -490,6 +490,9 @@ pub fn arb_server_message() -> impl Strategy<Value = ServerMessage> {
     let change = prop_oneof![
         arb_document().prop_map(DocumentChange::Upsert),
         arb_any_doc_name().prop_map(DocumentChange::Remove),
+        arb_document().prop_map(DocumentChange::Leave),
+        (arb_any_doc_name(), any::<u64>())
+            .prop_map(|(name, version)| DocumentChange::Delete { name, version }),
     ];
     prop_oneof![
         (any::<u32>(), any::<u64>(), arb_index_file(), any::<u32>()).prop_map(

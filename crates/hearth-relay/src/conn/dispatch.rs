@@ -2,11 +2,16 @@
 //! a read (a snapshot of the store and the core's executor), a write (the committer's
 //! queue, acknowledged when durable) or a listen (the database's fan-out).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{error, now_unix, Connection};
+
+/// How long a resuming listen waits for the fan-out to publish the store's latest version,
+/// and how many times (see `Connection::listen`).
+const BEHIND_WAIT: Duration = Duration::from_millis(2);
+const BEHIND_TRIES: u32 = 50;
 use crate::commit::{batch_digest, WriteError, WriteRequest};
-use crate::fanout::Start;
+use crate::fanout::{Changed, Listened, Start};
 use crate::store::StoreError;
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
@@ -125,11 +130,17 @@ impl Connection {
                 resume_version,
             } => {
                 let mut attempt = 0;
+                let mut behind = 0;
                 loop {
-                    match self.listen(target_id, &query, resume_version) {
-                        Ok(()) => {
+                    let accept_ahead = behind >= BEHIND_TRIES;
+                    match self.listen(target_id, &query, resume_version, accept_ahead) {
+                        Ok(Listened::Started) => {
                             self.relay.metrics().listen_started(self.db.name());
                             break;
+                        }
+                        Ok(Listened::Behind) => {
+                            behind += 1;
+                            tokio::time::sleep(BEHIND_WAIT).await;
                         }
                         Err(e) => {
                             attempt += 1;
@@ -270,7 +281,18 @@ impl Connection {
         while self.writes.try_join_next().is_some() {}
     }
 
-    fn listen(&self, target_id: u32, query: &Query, resume: Option<u64>) -> Result<(), QueryError> {
+    /// Starts target `target_id`. A resume reads the documents changed since the client's
+    /// version at the store's latest version; when that is ahead of what the fan-out has
+    /// published (a commit is on its way to it) the states would be newer than the target's
+    /// first snapshot, so the listen is asked again shortly ([`Listened::Behind`]), and only
+    /// after `BEHIND_TRIES` is the newer read taken (the commit's own delta follows it).
+    fn listen(
+        &self,
+        target_id: u32,
+        query: &Query,
+        resume: Option<u64>,
+        accept_ahead: bool,
+    ) -> Result<Listened, QueryError> {
         let q = validate(query)?;
         hearth_core::query::validate::check_listenable(&q)?;
         let source = q.source.clone();
@@ -290,21 +312,30 @@ impl Connection {
                     Start::Resume(None)
                 }
                 Some(r) => {
+                    let Ok(snap) = store.snapshot() else {
+                        return Start::Resume(None);
+                    };
+                    let view = snap.database(&name);
+                    let read_at = view.version().unwrap_or(u64::MAX);
+                    if read_at > at && !accept_ahead {
+                        return Start::Behind;
+                    }
                     // A delta only when the changelog holds every commit in (r, at]; a
                     // version it lacks (pruned) could hide any change.
-                    let changed = store.snapshot().ok().and_then(|snap| {
-                        let mut names: Vec<_> = snap
-                            .database(&name)
-                            .changes_between(r, at)
-                            .ok()??
-                            .into_iter()
-                            .filter(|n| in_source(&source, n))
-                            .collect();
-                        names.sort();
-                        names.dedup();
-                        Some(names)
-                    });
-                    Start::Resume(changed)
+                    let Ok(Some(mut names)) = view.changes_between(r, at) else {
+                        return Start::Resume(None);
+                    };
+                    names.retain(|n| in_source(&source, n));
+                    names.sort();
+                    names.dedup();
+                    let mut states = Vec::with_capacity(names.len());
+                    for n in names {
+                        match block_on_ready(fetch(&view, &n)) {
+                            Ok(d) => states.push((n, d)),
+                            Err(_) => return Start::Resume(None),
+                        }
+                    }
+                    Start::Resume(Some(Changed { read_at, states }))
                 }
             },
         )

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use super::commit::Committed;
 pub use super::outbound::Outbound;
 use hearth_core::document::Document;
+use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::{encode_query, encode_server};
 use hearth_core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::Query;
@@ -159,7 +160,10 @@ fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
             DocumentChange::Upsert(d) => {
                 hearth_core::encoding::document::encoded_size(&d.fields) + 64
             }
-            DocumentChange::Remove(_) => 64,
+            DocumentChange::Leave(d) => {
+                hearth_core::encoding::document::encoded_size(&d.fields) + 64
+            }
+            DocumentChange::Remove(_) | DocumentChange::Delete { .. } => 64,
         };
         if size + n > CHUNK_BYTES && !out.last().expect("never empty").is_empty() {
             out.push(Vec::new());
@@ -193,14 +197,89 @@ fn target_change_messages(
         .collect()
 }
 
-fn to_wire(changes: &[DocChange]) -> Vec<DocumentChange> {
+/// Each document's last state in a round of commits, and the version that wrote it.
+type RoundStates<'a> = HashMap<&'a DocumentName, (Option<&'a Document>, u64)>;
+
+/// The states `commits` leave their documents in.
+fn round_states<'a>(commits: impl Iterator<Item = &'a Committed>) -> RoundStates<'a> {
+    let mut states = HashMap::new();
+    for c in commits {
+        for (name, doc) in &c.changes {
+            states.insert(name, (doc.as_ref(), c.version));
+        }
+    }
+    states
+}
+
+/// A group's view changes of one round as the wire's changes: one per document, for its
+/// last change in the round. A document that left the result says why (see
+/// [`DocumentChange`]): its new content or its deletion when a commit of the round changed
+/// it, else nothing (another document pushed it out of a window).
+fn to_wire(changes: &[DocChange], states: &RoundStates) -> Vec<DocumentChange> {
+    let mut last: HashMap<&DocumentName, usize> = HashMap::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        last.insert(&c.doc.name, i);
+    }
     changes
         .iter()
-        .map(|c| match c.kind {
-            ChangeType::Removed => DocumentChange::Remove(c.doc.name.clone()),
+        .enumerate()
+        .filter(|(i, c)| last.get(&c.doc.name) == Some(i))
+        .map(|(_, c)| match c.kind {
             ChangeType::Added | ChangeType::Modified => DocumentChange::Upsert(c.doc.clone()),
+            ChangeType::Removed => match states.get(&c.doc.name) {
+                None => DocumentChange::Remove(c.doc.name.clone()),
+                Some((Some(now), _)) => DocumentChange::Leave((*now).clone()),
+                Some((None, version)) => DocumentChange::Delete {
+                    name: c.doc.name.clone(),
+                    version: *version,
+                },
+            },
         })
         .collect()
+}
+
+/// A new target's first changes: its whole result (a Reset), or for a resume, what changed
+/// since the client's version (a Delta).
+///
+/// Which documents a window (`limit`, `limitToLast`, `offset`) holds depends on the
+/// documents before it: one deleted or inserted there shifts the window without changing the
+/// documents at its edges, which a delta of the changed names misses. A windowed target
+/// therefore resumes with a Reset, followed by the changed documents outside the window, so
+/// the client learns how each document it may hold changed and never has to guess.
+fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentChange>) {
+    let whole = || {
+        view.documents()
+            .iter()
+            .cloned()
+            .map(DocumentChange::Upsert)
+            .collect::<Vec<_>>()
+    };
+    let Start::Resume(Some(changed)) = start else {
+        return (TargetChangeKind::Reset, whole());
+    };
+    let windowed = view.query().limit.is_some() || view.query().offset > 0;
+    let version = changed.read_at;
+    let held: HashMap<&DocumentName, &Document> = if changed.states.is_empty() {
+        HashMap::new()
+    } else {
+        view.documents().iter().map(|d| (&d.name, d)).collect()
+    };
+    let (kind, mut changes) = if windowed {
+        (TargetChangeKind::Reset, whole())
+    } else {
+        (TargetChangeKind::Delta, Vec::new())
+    };
+    for (name, state) in changed.states {
+        match held.get(&name) {
+            Some(d) if !windowed => changes.push(DocumentChange::Upsert((*d).clone())),
+            Some(_) => {}
+            None => changes.push(match state {
+                Some(now) => DocumentChange::Leave(now),
+                None => DocumentChange::Delete { name, version },
+            }),
+        }
+    }
+    (kind, changes)
 }
 
 /// Subscribers from which one part's writes are split across threads.
@@ -277,8 +356,30 @@ impl Round<'_> {
 pub enum Start {
     /// No resume point: the full result.
     Fresh,
-    /// Resume from this version; `changed` lists names changed since (None: too old).
-    Resume(Option<Vec<hearth_core::path::DocumentName>>),
+    /// Resume from the client's version: the documents changed since, with their states
+    /// (None: the changelog no longer tells).
+    Resume(Option<Changed>),
+    /// The states could only be read at a version the fan-out has not published yet (a
+    /// commit is on its way to it): ask again in a moment.
+    Behind,
+}
+
+/// The documents changed since a resuming client's version.
+pub struct Changed {
+    /// The version their states were read at: the group's, unless the caller accepted a
+    /// later one.
+    pub read_at: u64,
+    /// Each changed document (in the listen's source) and its state (`None`: absent).
+    pub states: Vec<(DocumentName, Option<Document>)>,
+}
+
+/// What [`Fanout::listen`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Listened {
+    /// The target listens; its first frames are written or held until their version.
+    Started,
+    /// `start` said [`Start::Behind`]: nothing changed, the caller asks again shortly.
+    Behind,
 }
 
 impl Fanout {
@@ -312,7 +413,7 @@ impl Fanout {
         query: Query,
         initial: impl FnOnce(&Query) -> Result<(Vec<Document>, u64), QueryError>,
         start: impl FnOnce(u64) -> Start,
-    ) -> Result<(), QueryError> {
+    ) -> Result<Listened, QueryError> {
         let mut encoded = Vec::new();
         encode_query(&query, &mut encoded);
         let mut guard = self.inner.lock().expect("fanout lock");
@@ -339,35 +440,14 @@ impl Fanout {
             }
         };
         let group = inner.groups.get_mut(&key[..]).expect("inserted above");
-        // Which documents a window (`limit`, `limitToLast`, `offset`) holds depends on the
-        // documents before it: one deleted or inserted there shifts the window without
-        // changing the documents at its edges, which a delta of the changed names misses.
-        // Such a target resumes with a Reset (its whole result, as a fresh listen gets).
-        let windowed = group.view.query().limit.is_some() || group.view.query().offset > 0;
-        let (kind, changes) = match start(group.version) {
-            Start::Resume(Some(changed)) if !windowed => {
-                let changes = changed
-                    .iter()
-                    .map(
-                        |name| match group.view.documents().iter().find(|d| d.name == *name) {
-                            Some(d) => DocumentChange::Upsert(d.clone()),
-                            None => DocumentChange::Remove(name.clone()),
-                        },
-                    )
-                    .collect();
-                (TargetChangeKind::Delta, changes)
+        let start = start(group.version);
+        if matches!(start, Start::Behind) {
+            if group.subscribers.is_empty() {
+                inner.groups.remove(&key[..]);
             }
-            _ => (
-                TargetChangeKind::Reset,
-                group
-                    .view
-                    .documents()
-                    .iter()
-                    .cloned()
-                    .map(DocumentChange::Upsert)
-                    .collect(),
-            ),
-        };
+            return Ok(Listened::Behind);
+        }
+        let (kind, changes) = resume_changes(&group.view, start);
         let messages = target_change_messages(target_id, kind, changes);
         let index = group.subscribers.len();
         group.subscribers.push(Subscriber {
@@ -389,7 +469,7 @@ impl Fanout {
         } else {
             inner.pending.push((out.clone(), version, messages));
         }
-        Ok(())
+        Ok(Listened::Started)
     }
 
     /// Removes a target; false if it did not exist. O(1).
@@ -521,11 +601,12 @@ impl Fanout {
                 }
             }
         }
+        let states = round_states(commits.iter().chain(&extra).filter(|c| c.version <= last));
         for (key, changes) in changed {
             let Some(group) = inner.groups.get(&key[..]) else {
                 continue;
             };
-            let parts = chunks(to_wire(&changes));
+            let parts = chunks(to_wire(&changes, &states));
             let n = parts.len();
             for (i, part) in parts.into_iter().enumerate() {
                 let template = encode_server(&ServerMessage::TargetChange {

@@ -40,7 +40,7 @@ async fn next_snapshot(
                             docs.retain(|x| x.name != d.name);
                             docs.push(d);
                         }
-                        DocumentChange::Remove(n) => docs.retain(|x| x.name != n),
+                        other => docs.retain(|x| x.name != *other.name()),
                     }
                 }
             }

@@ -441,5 +441,17 @@ async fn all_targets_of_a_connection_advance_together() {
     assert_eq!((a.version, b.version), (v3, v3));
     assert!(!a.documents.iter().any(|d| d.name == name("left/l1")));
     assert!(!b.documents.iter().any(|d| d.name == name("right/r1")));
-    assert_eq!(b.changed, vec![DocumentChange::Remove(name("right/r1"))]);
+    // r1 changed and no longer matches: its removal carries its new content.
+    assert!(
+        matches!(&b.changed[..], [DocumentChange::Leave(d)]
+            if d.name == name("right/r1") && d.fields.get("v") == Some(&int(-1)) && d.update_version == v3),
+        "{:?}",
+        b.changed
+    );
+    assert!(
+        matches!(&a.changed[..], [DocumentChange::Delete { name: n, version }]
+            if *n == name("left/l1") && *version == v3),
+        "{:?}",
+        a.changed
+    );
 }

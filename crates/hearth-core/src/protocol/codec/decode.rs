@@ -104,9 +104,14 @@ pub fn decode_server(b: &[u8]) -> Result<ServerMessage> {
                 _ => TargetChangeKind::Reset,
             },
             changes: r.list(|r| {
-                Ok(match r.tag("document change", 2)? {
+                Ok(match r.tag("document change", 4)? {
                     0 => DocumentChange::Upsert(r.document()?),
-                    _ => DocumentChange::Remove(r.name()?),
+                    1 => DocumentChange::Remove(r.name()?),
+                    2 => DocumentChange::Leave(r.document()?),
+                    _ => DocumentChange::Delete {
+                        name: r.name()?,
+                        version: r.varint()?,
+                    },
                 })
             })?,
         },

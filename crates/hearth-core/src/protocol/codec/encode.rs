@@ -177,6 +177,15 @@ pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
                     out.push(1);
                     put_name(name, out);
                 }
+                DocumentChange::Leave(doc) => {
+                    out.push(2);
+                    put_document(doc, out);
+                }
+                DocumentChange::Delete { name, version } => {
+                    out.push(3);
+                    put_name(name, out);
+                    put_varint(*version, out);
+                }
             });
         }
         ServerMessage::Snapshot { version } => {

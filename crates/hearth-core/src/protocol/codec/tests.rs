@@ -201,6 +201,18 @@ fn layouts_match_the_specification() {
     expect.extend(b"\x01\x08rooms/r2");
     assert_eq!(encode_server(&change), expect);
 
+    let gone = ServerMessage::TargetChange {
+        target_id: 2,
+        kind: TargetChangeKind::Delta,
+        changes: vec![DocumentChange::Delete {
+            name: name("rooms/r3"),
+            version: 300,
+        }],
+    };
+    let mut expect = vec![0x86, 0x02, 0x00, 0x01, 0x03, 0x08];
+    expect.extend(b"rooms/r3\xac\x02");
+    assert_eq!(encode_server(&gone), expect);
+
     let error = ServerMessage::Error {
         request_id: 9,
         target_id: 0,
