@@ -167,6 +167,7 @@ impl Sync {
     pub(super) fn forget_connection(&self, why: &str) {
         let was_open = self.open.replace(false);
         self.queue_sent.set(false);
+        self.deferred.set(None);
         // Collected first: a reply may call back into this state.
         let replies: Vec<super::Reply> =
             self.replies.borrow_mut().drain().map(|(_, r)| r).collect();

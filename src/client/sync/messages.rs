@@ -109,6 +109,59 @@ impl Sync {
         });
     }
 
+    /// Whether a listen sent on this connection has not been answered yet (limbo listens
+    /// aside: they answer in their own time).
+    fn unanswered(&self) -> bool {
+        self.targets
+            .borrow()
+            .values()
+            .any(|t| t.limbo.is_none() && t.sent && !t.answered)
+    }
+
+    /// A Snapshot at `version` covers the buffered changes: they are taken now, before a
+    /// later message adds to them, and applied in order, one snapshot at a time.
+    fn take_snapshot(self: Rc<Self>, version: u64) {
+        self.deferred.set(None);
+        let targets = self
+            .targets
+            .borrow_mut()
+            .iter_mut()
+            .filter(|(_, t)| t.answered)
+            .map(|(id, t)| (*id, std::mem::take(&mut t.buffered)))
+            .collect();
+        let awaiting = self.unsettled.borrow().iter().copied().collect();
+        self.snapshots.borrow_mut().push_back(ReceivedSnapshot {
+            version,
+            epoch: self.epoch.get(),
+            awaiting,
+            targets,
+        });
+        if !self.applying.replace(true) {
+            wasm_bindgen_futures::spawn_local(async move {
+                loop {
+                    let next = self.snapshots.borrow_mut().pop_front();
+                    let Some(snapshot) = next else { break };
+                    if !self.wait_settled(&snapshot).await {
+                        // Its connection is gone: the reconnection asks again.
+                        continue;
+                    }
+                    if let Err(e) = self.clone().on_snapshot(snapshot).await {
+                        // The targets keep their earlier resume versions: the
+                        // reconnection asks the relay again from there.
+                        web_sys::console::warn_1(
+                            &format!("hearth: applying a relay snapshot failed ({e}); reconnecting to fetch it again").into(),
+                        );
+                        self.snapshots.borrow_mut().clear();
+                        if self.open.get() {
+                            self.drop_socket();
+                        }
+                    }
+                }
+                self.applying.set(false);
+            });
+        }
+    }
+
     /// Handles one message from the relay.
     pub(super) fn on_message(self: Rc<Self>, m: ServerMessage) {
         match m {
@@ -181,46 +234,15 @@ impl Sync {
                 }
             }
             ServerMessage::Snapshot { version } => {
-                // The changes it makes consistent are taken now, before a later message adds
-                // to them; snapshots are applied one at a time, in order.
-                let targets = self
-                    .targets
-                    .borrow_mut()
-                    .iter_mut()
-                    .filter(|(_, t)| t.answered)
-                    .map(|(id, t)| (*id, std::mem::take(&mut t.buffered)))
-                    .collect();
-                let awaiting = self.unsettled.borrow().iter().copied().collect();
-                self.snapshots.borrow_mut().push_back(ReceivedSnapshot {
-                    version,
-                    epoch: self.epoch.get(),
-                    awaiting,
-                    targets,
-                });
-                if !self.applying.replace(true) {
-                    wasm_bindgen_futures::spawn_local(async move {
-                        loop {
-                            let next = self.snapshots.borrow_mut().pop_front();
-                            let Some(snapshot) = next else { break };
-                            if !self.wait_settled(&snapshot).await {
-                                // Its connection is gone: the reconnection asks again.
-                                continue;
-                            }
-                            if let Err(e) = self.clone().on_snapshot(snapshot).await {
-                                // The targets keep their earlier resume versions: the
-                                // reconnection asks the relay again from there.
-                                web_sys::console::warn_1(
-                                    &format!("hearth: applying a relay snapshot failed ({e}); reconnecting to fetch it again").into(),
-                                );
-                                self.snapshots.borrow_mut().clear();
-                                if self.open.get() {
-                                    self.drop_socket();
-                                }
-                            }
-                        }
-                        self.applying.set(false);
-                    });
+                // While a listen sent on this connection is unanswered (after a reconnect, the
+                // relay answers the targets one by one), the changes stay buffered for the
+                // Snapshot that follows its answer: every target then advances together, and
+                // no listener shows part of a commit that another target has not brought yet.
+                if self.unanswered() {
+                    self.deferred.set(Some(version));
+                    return;
                 }
+                self.take_snapshot(version);
             }
             ServerMessage::Heartbeat { .. } => {}
             ServerMessage::GetResult { request_id, .. }
@@ -263,6 +285,12 @@ impl Sync {
                         self.by_listener.borrow_mut().remove(&t.listener);
                         if let Some(engine) = self.engine() {
                             engine.target_failed(target_id, err);
+                        }
+                    }
+                    // The Snapshot held back for this listen's answer comes from no one else.
+                    if let Some(version) = self.deferred.get() {
+                        if !self.unanswered() {
+                            self.take_snapshot(version);
                         }
                     }
                 } else {
@@ -549,7 +577,7 @@ impl Sync {
     }
 
     /// Drops listener `listener`'s target, keeping its resume version for a later listen.
-    pub(super) fn unlisten(&self, listener: u64) {
+    pub(super) fn unlisten(self: &Rc<Self>, listener: u64) {
         let Some(target_id) = self.by_listener.borrow_mut().remove(&listener) else {
             return;
         };
@@ -559,5 +587,11 @@ impl Sync {
             }
         }
         self.send(&ClientMessage::Unlisten { target_id });
+        // A Snapshot held back for this target's answer is not to wait for it any more.
+        if let Some(version) = self.deferred.get() {
+            if !self.unanswered() {
+                self.clone().take_snapshot(version);
+            }
+        }
     }
 }

@@ -101,6 +101,9 @@ pub struct Sync {
     /// new batch is sent at once only then, so that batches reach the relay in queue order
     /// (the Welcome's task sends the queue after an await).
     queue_sent: Cell<bool>,
+    /// The version of a Snapshot held back while a listen was unanswered (see
+    /// `messages`): taken when the last such listen is refused instead of answered.
+    deferred: Cell<Option<u64>>,
     /// Whether the app allows the network (`enableNetwork()` / `disableNetwork()`).
     enabled: Cell<bool>,
     /// Whether the database was closed: nothing reconnects after.
@@ -199,6 +202,7 @@ impl Sync {
             auth_timer: RefCell::new(None),
             open: Cell::new(false),
             queue_sent: Cell::new(false),
+            deferred: Cell::new(None),
             enabled: Cell::new(true),
             closed: Cell::new(false),
             backoff_ms: Cell::new(250.0),
