@@ -59,8 +59,8 @@
 //   S queries 'disableNetwork()'; client 'writes made offline'. R n/a
 // db.close, Hearth.clearPersistence
 //   S api 'close() then clearPersistence()'. R api 'a closed database refuses'
-//   (failed-precondition); api 'clearPersistence() of an open database' (todo:
-//   failed-precondition)
+//   (failed-precondition); api 'clearPersistence() of an open database'
+//   (failed-precondition)
 // Query/CollectionReference.where (field, op, value; Filter), Filter.where/and/or
 //   S queries 'query builders:'; client 'variadic'; semantics 'in / not-in'.
 //   R queries 'query builders refuse' (invalid-argument); semantics (invalid-argument)
@@ -86,7 +86,7 @@
 //   R queries 'onSnapshot:' (no callback: invalid-argument; no index: failed-precondition to
 //   the error callback); queries 'limitToLast() without orderBy()' (unimplemented); client 'a
 //   query no index serves' (select(): invalid-argument); queries 'a listener of a client
-//   online holds back' (todo); changes 'a document moving', 'a local write moving'
+//   online holds back'; changes 'a document moving', 'a local write moving'
 // DocumentReference.onSnapshot
 //   S queries 'onSnapshot:'; cache 'the cache budget'. R queries 'onSnapshot:'
 //   (invalid-argument)
@@ -106,8 +106,8 @@
 // isEqual), Bytes (fromUint8Array, fromBase64String, toUint8Array, toBase64, toString,
 // isEqual), FieldPath (constructor, documentId, toString, isEqual)
 //   S api 'Timestamp, GeoPoint'. R same (invalid-argument)
-// Query/CollectionReference/DocumentSnapshot/QuerySnapshot.isEqual (Firestore's; absent here)
-//   S queries 'queries, collection references and snapshots compare' (todo)
+// Query/CollectionReference/DocumentSnapshot/QuerySnapshot.isEqual
+//   S queries 'queries, collection references and snapshots compare'
 // init (the default export)
 //   S page.html and worker.js, so every test. (initSync is wasm-bindgen's glue.)
 
@@ -671,7 +671,7 @@ test('close() then clearPersistence() deletes the local data; the database reope
   await p.close();
 });
 
-test('clearPersistence() of an open database fails with failed-precondition', { timeout: 60000, todo: 'it resolves while the database is open' }, async () => {
+test('clearPersistence() of an open database fails with failed-precondition', { timeout: 60000 }, async () => {
   const p = await page();
   const code = await p.evaluate(async () => {
     const { Hearth } = window.hearth;

@@ -227,7 +227,7 @@ test('onSnapshot: positional, options and observer forms; unsubscribe stops both
   await p.close();
 });
 
-test('a listener of a client online holds back an empty first snapshot from the cache until the relay answers', { timeout: 60000, todo: 'the first snapshot is empty and fromCache' }, async () => {
+test('a listener of a client online holds back an empty first snapshot from the cache until the relay answers', { timeout: 60000 }, async () => {
   const writer = await page();
   await open(writer, 'api-first-snapshot');
   await writer.evaluate(() => window.db.doc('f/1').set({ v: 1 }));
@@ -309,7 +309,7 @@ test('disableNetwork() turns listeners to the cache and queues writes; enableNet
   await p.close();
 });
 
-test('queries, collection references and snapshots compare with isEqual', { timeout: 60000, todo: 'Query, CollectionReference, DocumentSnapshot and QuerySnapshot have no isEqual' }, async () => {
+test('queries, collection references and snapshots compare with isEqual', { timeout: 60000 }, async () => {
   const p = await page();
   await open(p, 'api-isequal');
   const r = await p.evaluate(async () => {

@@ -8,6 +8,7 @@ mod snapshot;
 mod write;
 
 use hearth_core::error::ErrorCode;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -27,6 +28,8 @@ use hearth_core::path::{CollectionPath, DocumentName};
 
 /// One open database: the engine and, when a relay is configured, its connection.
 pub struct Db {
+    /// Whether `close()` was called: the database's name is then no longer open here.
+    closed: std::cell::Cell<bool>,
     /// The local database: IndexedDB, the write queue, listeners.
     pub(crate) engine: Rc<Engine>,
     /// The relay connection; `None` for a local-only database.
@@ -38,6 +41,23 @@ pub struct Db {
             Closure<dyn FnMut(web_sys::MessageEvent)>,
         )>,
     >,
+}
+
+thread_local! {
+    /// The databases open in this context, by name, with how many instances hold each.
+    static OPEN: std::cell::RefCell<HashMap<String, u32>> = std::cell::RefCell::new(HashMap::new());
+}
+
+/// Counts an instance of database `name` opened (`1`) or closed (`-1`) in this context.
+fn opened(name: &str, delta: i32) {
+    OPEN.with(|o| {
+        let mut o = o.borrow_mut();
+        let n = o.entry(name.to_owned()).or_insert(0);
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            o.remove(name);
+        }
+    });
 }
 
 impl Db {
@@ -251,7 +271,9 @@ impl Hearth {
                     Some(Sync::start(&engine, ws_url(&url), token, provider).await?)
                 }
             };
+            opened(&name, 1);
             let db = Rc::new(Db {
+                closed: std::cell::Cell::new(false),
                 engine,
                 sync,
                 channel: std::cell::RefCell::new(None),
@@ -345,6 +367,9 @@ impl Hearth {
 
     /// Closes the connection and IndexedDB. Pending writes stay queued for the next open.
     pub fn close(&self) -> Promise {
+        if !self.db.closed.replace(true) {
+            opened(self.db.engine.store.name(), -1);
+        }
         self.db.unlink_tabs();
         if let Some(s) = &self.db.sync {
             s.close();
@@ -353,10 +378,19 @@ impl Hearth {
         Promise::resolve(&JsValue::UNDEFINED)
     }
 
-    /// Deletes the local data of database `name` (it must be closed in every tab).
+    /// Deletes the local data of database `name` (it must be closed in every tab). Fails
+    /// with `failed-precondition` while this context has it open, as Firestore's
+    /// `clearIndexedDbPersistence()` does before `terminate()`.
     #[wasm_bindgen(js_name = clearPersistence)]
     pub fn clear_persistence(name: String) -> Promise {
         future_to_promise(async move {
+            if OPEN.with(|o| o.borrow().contains_key(&name)) {
+                return Err(ClientError::new(
+                    ErrorCode::FailedPrecondition,
+                    format!("the database {name:?} is open here: close() it before clearPersistence()"),
+                )
+                .into());
+            }
             super::idb_store::IdbStore::delete(&name).await?;
             Ok(JsValue::UNDEFINED)
         })

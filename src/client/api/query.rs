@@ -444,6 +444,14 @@ macro_rules! query_methods {
     ($ty:ident) => {
         #[wasm_bindgen]
         impl $ty {
+            /// Whether `other` is the same query of the same database (Firestore's
+            /// `isEqual`).
+            #[wasm_bindgen(js_name = isEqual)]
+            pub fn is_equal(&self, other: &$ty) -> bool {
+                let (a, b) = (self.as_query(), other.as_query());
+                Rc::ptr_eq(&a.db, &b.db) && a.query == b.query
+            }
+
             /// `where(field, op, value)` or `where(Filter)`.
             #[wasm_bindgen(js_name = where)]
             pub fn where_(

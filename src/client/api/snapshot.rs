@@ -82,6 +82,16 @@ impl DocumentSnapshot {
 
 #[wasm_bindgen]
 impl DocumentSnapshot {
+    /// Whether `other` shows the same document of the same database, with the same data
+    /// and metadata (Firestore's `isEqual`).
+    #[wasm_bindgen(js_name = isEqual)]
+    pub fn is_equal(&self, other: &DocumentSnapshot) -> bool {
+        Rc::ptr_eq(&self.db, &other.db)
+            && self.name == other.name
+            && self.doc == other.doc
+            && self.meta.is_equal(&other.meta)
+    }
+
     #[wasm_bindgen(getter)]
     pub fn id(&self) -> String {
         self.name.id().to_owned()
@@ -198,6 +208,17 @@ impl QuerySnapshot {
 
 #[wasm_bindgen]
 impl QuerySnapshot {
+    /// Whether `other` is a result of the same query of the same database with the same
+    /// documents, changes and metadata (Firestore's `isEqual`).
+    #[wasm_bindgen(js_name = isEqual)]
+    pub fn is_equal(&self, other: &QuerySnapshot) -> bool {
+        Rc::ptr_eq(&self.db, &other.db)
+            && self.query == other.query
+            && self.docs == other.docs
+            && self.changes == other.changes
+            && self.meta.is_equal(&other.meta)
+    }
+
     #[wasm_bindgen(getter)]
     pub fn docs(&self) -> Array {
         self.docs

@@ -67,6 +67,9 @@ pub(super) struct Listener {
     include_metadata: bool,
     /// Relay target serving this listener, if any.
     target: Option<u32>,
+    /// Whether the target's query had a result stored from an earlier session (a resume
+    /// version): an empty first snapshot from the cache is then worth raising.
+    had_results: bool,
     /// The last computed metadata (`fromCache`, `hasPendingWrites`), to raise
     /// metadata-only changes when asked; `None` until the first snapshot.
     last_meta: Option<(bool, bool)>,
@@ -99,15 +102,17 @@ impl Engine {
                 callback,
                 include_metadata,
                 target: None,
+                had_results: false,
                 last_meta: None,
                 last_pending: HashSet::new(),
                 shown: Vec::new(),
             },
         );
-        self.reset_query_listener(id, docs);
+        // The relay target first, so the first snapshot knows whether to wait for it.
         if let Some(l) = self.on_listen.borrow().as_ref() {
             l(id, &q);
         }
+        self.reset_query_listener(id, docs);
         self.flush();
         Ok(id)
     }
@@ -129,27 +134,12 @@ impl Engine {
                 callback: callback.clone(),
                 include_metadata,
                 target: None,
+                had_results: false,
                 last_meta: None,
                 last_pending: HashSet::new(),
                 shown: Vec::new(),
             },
         );
-        let pending = self.has_pending(&name);
-        let from_cache = true;
-        self.listeners
-            .borrow_mut()
-            .get_mut(&id)
-            .expect("inserted")
-            .last_meta = Some((from_cache, pending));
-        self.outbox.borrow_mut().push((
-            callback,
-            ListenEvent::Document {
-                name: name.clone(),
-                doc,
-                from_cache,
-                has_pending_writes: pending,
-            },
-        ));
         if let Some(l) = self.on_listen.borrow().as_ref() {
             let q = Query::collection(name.parent()).where_(
                 "__name__",
@@ -157,6 +147,30 @@ impl Engine {
                 Value::Reference(name.clone()),
             );
             l(id, &q);
+        }
+        let pending = self.has_pending(&name);
+        let from_cache = true;
+        let held = doc.is_none()
+            && self
+                .listeners
+                .borrow()
+                .get(&id)
+                .is_some_and(|l| self.holds_first(l.target, l.had_results));
+        if !held {
+            self.listeners
+                .borrow_mut()
+                .get_mut(&id)
+                .expect("inserted")
+                .last_meta = Some((from_cache, pending));
+            self.outbox.borrow_mut().push((
+                callback,
+                ListenEvent::Document {
+                    name: name.clone(),
+                    doc,
+                    from_cache,
+                    has_pending_writes: pending,
+                },
+            ));
         }
         self.flush();
         Ok(id)
@@ -172,10 +186,19 @@ impl Engine {
     }
 
     /// The sync layer bound listener `id` to relay target `target` (or unbound it).
-    pub fn bind_target(&self, id: u64, target: Option<u32>) {
+    pub fn bind_target(&self, id: u64, target: Option<u32>, had_results: bool) {
         if let Some(l) = self.listeners.borrow_mut().get_mut(&id) {
             l.target = target;
+            l.had_results = had_results;
         }
+    }
+
+    /// Whether listener `l`'s first snapshot, if empty and from the cache, is held back until
+    /// the relay answers: as in Firestore (`shouldRaiseInitialEvent`), an empty first result
+    /// is raised only when the query had results stored or the client is known offline, so
+    /// that an app online does not flash an empty list before the real one.
+    fn holds_first(&self, target: Option<u32>, had_results: bool) -> bool {
+        target.is_some() && !had_results && !self.offline.get()
     }
 
     /// Replaces a query listener's result with `docs` (its first result, or a refill) and
@@ -253,6 +276,9 @@ impl Engine {
             .is_some_and(|t| self.current_targets.borrow().contains(&t) && self.online.get());
         let meta = (from_cache, has_pending_writes);
         let first = l.last_meta.is_none();
+        if first && from_cache && docs.is_empty() && self.holds_first(l.target, l.had_results) {
+            return;
+        }
         let now_pending: HashSet<DocumentName> = docs
             .iter()
             .zip(&pending)
@@ -342,9 +368,13 @@ impl Engine {
                             let data_changed = current.as_ref().map(|d| &d.fields)
                                 != doc.as_ref().map(|d| &d.fields);
                             let meta_changed = l.last_meta != Some(meta);
+                            let held = l.last_meta.is_none();
+                            if held && doc.is_none() && from_cache && self.holds_first(l.target, l.had_results) {
+                                continue;
+                            }
                             *current = doc.clone();
                             l.last_meta = Some(meta);
-                            if data_changed || (l.include_metadata && meta_changed) {
+                            if held || data_changed || (l.include_metadata && meta_changed) {
                                 self.raise_document(&l.callback, name, doc, from_cache, pending);
                             }
                         }
@@ -441,6 +471,7 @@ impl Engine {
     /// The connection went up or down: `fromCache` changes for every listener.
     pub fn set_online(&self, online: bool) {
         self.online.set(online);
+        self.offline.set(!online);
         if !online {
             self.current_targets.borrow_mut().clear();
         }
@@ -461,9 +492,13 @@ impl Engine {
                     Watched::Document(name, doc) => {
                         let pending = pending_names.contains(name);
                         let meta = (from_cache, pending);
+                        let held = l.last_meta.is_none();
+                        if held && doc.is_none() && from_cache && self.holds_first(l.target, l.had_results) {
+                            continue;
+                        }
                         if l.last_meta != Some(meta) {
                             l.last_meta = Some(meta);
-                            if l.include_metadata {
+                            if held || l.include_metadata {
                                 self.raise_document(&l.callback, name, doc, from_cache, pending);
                             }
                         }

@@ -114,6 +114,10 @@ pub struct Engine {
     current_targets: RefCell<BTreeSet<u32>>,
     /// Whether the relay connection is up (`fromCache` is false only while it is).
     online: Cell<bool>,
+    /// Whether the client is known to be offline: no relay, the network disabled, or a
+    /// connection lost or failed (until one is welcomed). Not at start with a relay: the
+    /// first connection's outcome is unknown then.
+    offline: Cell<bool>,
     /// The write lock: serializes read-modify-write sequences on the local view.
     lock: AsyncLock,
     /// Serializes the handling of other contexts' change notices.
@@ -223,6 +227,7 @@ impl Engine {
             next_listener: Cell::new(1),
             current_targets: RefCell::new(BTreeSet::new()),
             online: Cell::new(false),
+            offline: Cell::new(!synced),
             lock: AsyncLock::default(),
             external: AsyncLock::default(),
             outbox: RefCell::new(Vec::new()),

@@ -187,10 +187,11 @@ impl Sync {
             t.answered = false;
             t.sent = false;
         }
-        if was_open {
-            if let Some(e) = self.engine() {
-                e.set_online(false);
-            }
+        // Offline now, also when this socket never opened: listeners holding back an empty
+        // first snapshot for the relay's answer raise it from the cache.
+        let _ = was_open;
+        if let Some(e) = self.engine() {
+            e.set_online(false);
         }
     }
 

@@ -527,7 +527,7 @@ impl Sync {
         });
         self.by_listener.borrow_mut().insert(listener, target_id);
         if let Some(e) = self.engine() {
-            e.bind_target(listener, Some(target_id));
+            e.bind_target(listener, Some(target_id), resume.is_some());
         }
     }
 
