@@ -455,3 +455,59 @@ async fn all_targets_of_a_connection_advance_together() {
         a.changed
     );
 }
+
+/// A document that leaves a result says why: pushed out of a window unchanged (`Remove`, no
+/// content: the client's copy is current), changed so it no longer matches or ranks (`Leave`
+/// with its new content), or deleted (`Delete` at the commit's version). A client never has
+/// to guess whether a document it holds still exists.
+#[tokio::test]
+async fn a_document_leaving_a_result_says_why() {
+    let relay = Relay::fresh(&[]);
+    let c = relay.client("why").await;
+    let set = |id: &str, n: i64| Mutation::set(name(&format!("w/{id}")), map([("n", int(n))]));
+    within(c.write(vec![set("a", 1), set("b", 2), set("c", 3)]))
+        .await
+        .unwrap();
+    let q = Query::collection(coll("w")).order_by("n", Asc).limit(2);
+    let mut l = within(c.listen(&q, None)).await.unwrap();
+    let first = within(l.next()).await.unwrap();
+    assert_eq!(names(&first.documents), ["w/a", "w/b"]);
+
+    // `d` enters first; `b` is pushed out unchanged.
+    within(c.write(vec![set("d", 0)])).await.unwrap();
+    let s = within(l.next()).await.unwrap();
+    assert_eq!(names(&s.documents), ["w/d", "w/a"]);
+    assert!(
+        s.changed.contains(&DocumentChange::Remove(name("w/b"))),
+        "{:?}",
+        s.changed
+    );
+    assert_eq!(s.changed.len(), 2, "{:?}", s.changed);
+
+    // `a` changes and ranks after the window: it leaves with its new content.
+    let v = within(c.write(vec![set("a", 9)])).await.unwrap();
+    let s = within(l.next()).await.unwrap();
+    assert_eq!(names(&s.documents), ["w/d", "w/b"]);
+    assert!(
+        s.changed.iter().any(|ch| matches!(ch, DocumentChange::Leave(d)
+            if d.name == name("w/a") && d.fields.get("n") == Some(&int(9)) && d.update_version == v)),
+        "{:?}",
+        s.changed
+    );
+
+    // `d` is deleted: it leaves as a deletion at that commit.
+    let v = within(c.write(vec![Mutation::delete(name("w/d"))]))
+        .await
+        .unwrap();
+    let s = within(l.next()).await.unwrap();
+    assert_eq!(names(&s.documents), ["w/b", "w/c"]);
+    assert!(
+        s.changed.contains(&DocumentChange::Delete {
+            name: name("w/d"),
+            version: v
+        }),
+        "{:?}",
+        s.changed
+    );
+    within(c.close()).await;
+}
