@@ -387,7 +387,9 @@ impl Hearth {
             if OPEN.with(|o| o.borrow().contains_key(&name)) {
                 return Err(ClientError::new(
                     ErrorCode::FailedPrecondition,
-                    format!("the database {name:?} is open here: close() it before clearPersistence()"),
+                    format!(
+                        "the database {name:?} is open here: close() it before clearPersistence()"
+                    ),
                 )
                 .into());
             }

@@ -369,7 +369,11 @@ impl Engine {
                                 != doc.as_ref().map(|d| &d.fields);
                             let meta_changed = l.last_meta != Some(meta);
                             let held = l.last_meta.is_none();
-                            if held && doc.is_none() && from_cache && self.holds_first(l.target, l.had_results) {
+                            if held
+                                && doc.is_none()
+                                && from_cache
+                                && self.holds_first(l.target, l.had_results)
+                            {
                                 continue;
                             }
                             *current = doc.clone();
@@ -493,7 +497,11 @@ impl Engine {
                         let pending = pending_names.contains(name);
                         let meta = (from_cache, pending);
                         let held = l.last_meta.is_none();
-                        if held && doc.is_none() && from_cache && self.holds_first(l.target, l.had_results) {
+                        if held
+                            && doc.is_none()
+                            && from_cache
+                            && self.holds_first(l.target, l.had_results)
+                        {
                             continue;
                         }
                         if l.last_meta != Some(meta) {

@@ -169,7 +169,8 @@ impl Engine {
             }
         }
         let written = ops.iter().map(stored_bytes).sum();
-        self.store.write(ops).await?;
+        // The relay's documents (and the kept bases of pending ones) can be fetched again.
+        self.store.write_relaxed(ops).await?;
         drop(guard);
         self.local_changed(&changed).await;
         self.wrote(written);

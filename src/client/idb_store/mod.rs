@@ -326,12 +326,45 @@ impl IdbStore {
         scope: &[Store],
         ops: impl IntoIterator<Item = Result<WriteOp, ClientError>>,
     ) -> Result<WriteInFlight, ClientError> {
+        self.begin_write_with(scope, ops, Durability::Strict).await
+    }
+
+    /// Like [`IdbStore::write`], with `relaxed` durability: for what the relay can send
+    /// again (its documents, a target's resume version), never for the write queue. The
+    /// transaction completes once IndexedDB has it, without waiting for the disk; a crash
+    /// can lose the last such writes, in order (a resume version is written after the
+    /// documents it covers, so it is never kept without them), and the relay resends them.
+    pub async fn write_relaxed(&self, ops: Vec<WriteOp>) -> Result<(), ClientError> {
+        for (i, op) in ops.iter().enumerate() {
+            op.check()
+                .map_err(|m| ClientError::invalid(format!("{WRITING}: operation {i}: {m}")))?;
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let scope: Vec<Store> = ops.iter().map(WriteOp::store).collect();
+        self.begin_write_with(&scope, ops.into_iter().map(Ok), Durability::Relaxed)
+            .await?
+            .done()
+            .await
+    }
+
+    async fn begin_write_with(
+        &self,
+        scope: &[Store],
+        ops: impl IntoIterator<Item = Result<WriteOp, ClientError>>,
+        durability: Durability,
+    ) -> Result<WriteInFlight, ClientError> {
         let mut scope = scope.to_vec();
         scope.sort();
         scope.dedup();
         let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
         // "strict": `complete` means flushed to disk (Chromium's default is "relaxed").
-        let options = js::object(&[("durability", &JsValue::from_str("strict"))]);
+        let durability = match durability {
+            Durability::Strict => "strict",
+            Durability::Relaxed => "relaxed",
+        };
+        let options = js::object(&[("durability", &JsValue::from_str(durability))]);
         let tx = self
             .check_open()
             .and_then(|()| {
@@ -485,6 +518,15 @@ impl IdbStore {
 /// `versionchange`, including one that is closing but finishing a transaction; a tab that
 /// ignores `versionchange` (an old version of the app) never closes.
 pub const BLOCKED_GRACE_MS: i32 = 1000;
+
+/// How a write transaction completes (IndexedDB's `durability` option).
+#[derive(Clone, Copy)]
+enum Durability {
+    /// Once the data is flushed to disk.
+    Strict,
+    /// Once IndexedDB has it; the disk catches up.
+    Relaxed,
+}
 
 /// A write batch whose requests are made; see [`IdbStore::begin_write`].
 pub struct WriteInFlight {

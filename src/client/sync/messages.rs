@@ -379,7 +379,7 @@ impl Sync {
                 }
             }
         }
-        engine.store.write(persist).await?;
+        engine.store.write_relaxed(persist).await?;
         engine.targets_current(&current);
         Ok(())
     }
