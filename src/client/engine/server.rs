@@ -170,9 +170,26 @@ impl Engine {
         }
         let written = ops.iter().map(stored_bytes).sum();
         // The relay's documents (and the kept bases of pending ones) can be fetched again.
-        self.store.write_relaxed(ops).await?;
+        let in_flight = self.store.begin_write_relaxed(ops).await?;
+        // The next writer may go on: IndexedDB orders its reads after this transaction.
         drop(guard);
+        // Listeners see the documents while IndexedDB commits them (reads they make now are
+        // ordered after the transaction): a large result is shown as soon as it is decoded.
         self.local_changed(&changed).await;
+        let Some(in_flight) = in_flight else {
+            return Ok(());
+        };
+        if let Err(e) = in_flight.done().await {
+            // Nothing was stored: listeners go back to what is.
+            let mut restored = Vec::with_capacity(changed.len());
+            for (name, _) in changed {
+                if let Ok(doc) = self.local_doc(&name).await {
+                    restored.push((name, doc));
+                }
+            }
+            self.local_changed(&restored).await;
+            return Err(e);
+        }
         self.wrote(written);
         Ok(())
     }

@@ -335,18 +335,29 @@ impl IdbStore {
     /// can lose the last such writes, in order (a resume version is written after the
     /// documents it covers, so it is never kept without them), and the relay resends them.
     pub async fn write_relaxed(&self, ops: Vec<WriteOp>) -> Result<(), ClientError> {
+        match self.begin_write_relaxed(ops).await? {
+            Some(in_flight) => in_flight.done().await,
+            None => Ok(()),
+        }
+    }
+
+    /// [`IdbStore::write_relaxed`]'s requests made, without waiting for the transaction to
+    /// complete (see [`IdbStore::begin_write`]); `None` when there is nothing to write.
+    pub async fn begin_write_relaxed(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> Result<Option<WriteInFlight>, ClientError> {
         for (i, op) in ops.iter().enumerate() {
             op.check()
                 .map_err(|m| ClientError::invalid(format!("{WRITING}: operation {i}: {m}")))?;
         }
         if ops.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let scope: Vec<Store> = ops.iter().map(WriteOp::store).collect();
         self.begin_write_with(&scope, ops.into_iter().map(Ok), Durability::Relaxed)
-            .await?
-            .done()
             .await
+            .map(Some)
     }
 
     async fn begin_write_with(
