@@ -330,8 +330,17 @@ impl Engine {
         self: &Rc<Self>,
         changed: &[(DocumentName, Option<Document>)],
     ) {
+        let refill = self.apply_changed(changed);
+        self.finish_changed(changed, refill).await;
+    }
+
+    /// The synchronous part of [`Engine::local_changed`]: every listener's view takes the
+    /// changes and raises its snapshot (callbacks run), except limited views that lost a
+    /// document and must read the local view again to refill: their ids are returned for
+    /// [`Engine::finish_changed`].
+    pub(super) fn apply_changed(&self, changed: &[(DocumentName, Option<Document>)]) -> Vec<u64> {
         if changed.is_empty() {
-            return;
+            return Vec::new();
         }
         let mut refill = Vec::new();
         // Without listeners (a bulk load) there is no metadata to compute.
@@ -385,6 +394,21 @@ impl Engine {
                     }
                 }
             }
+        }
+        self.flush();
+        refill
+    }
+
+    /// The rest of [`Engine::local_changed`]: the views `refill` names read the local view
+    /// again (call it once the changes are written, or their transaction is made: its reads
+    /// are ordered after it), and other tabs hear of the changes.
+    pub(super) async fn finish_changed(
+        self: &Rc<Self>,
+        changed: &[(DocumentName, Option<Document>)],
+        refill: Vec<u64>,
+    ) {
+        if changed.is_empty() {
+            return;
         }
         for id in refill {
             let q = match self.listeners.borrow().get(&id) {

@@ -169,26 +169,29 @@ impl Engine {
             }
         }
         let written = ops.iter().map(stored_bytes).sum();
+        // Listeners see the documents first: making IndexedDB's requests for a large result
+        // takes a while (each record is cloned). Reads the app calls meanwhile wait for the
+        // write's transaction (a write ticket), and are ordered after it by IndexedDB.
+        let ticket = self.issue_write();
+        let refill = self.apply_changed(&changed);
         // The relay's documents (and the kept bases of pending ones) can be fetched again.
-        let in_flight = self.store.begin_write_relaxed(ops).await?;
+        let in_flight = self.store.begin_write_relaxed(ops).await;
+        self.landed(ticket, None);
         // The next writer may go on: IndexedDB orders its reads after this transaction.
         drop(guard);
-        // Listeners see the documents while IndexedDB commits them (reads they make now are
-        // ordered after the transaction): a large result is shown as soon as it is decoded.
-        self.local_changed(&changed).await;
-        let Some(in_flight) = in_flight else {
-            return Ok(());
-        };
-        if let Err(e) = in_flight.done().await {
-            // Nothing was stored: listeners go back to what is.
-            let mut restored = Vec::with_capacity(changed.len());
-            for (name, _) in changed {
-                if let Ok(doc) = self.local_doc(&name).await {
-                    restored.push((name, doc));
-                }
+        let in_flight = match in_flight {
+            Ok(in_flight) => in_flight,
+            Err(e) => {
+                self.restore(changed).await;
+                return Err(e);
             }
-            self.local_changed(&restored).await;
-            return Err(e);
+        };
+        self.finish_changed(&changed, refill).await;
+        if let Some(in_flight) = in_flight {
+            if let Err(e) = in_flight.done().await {
+                self.restore(changed).await;
+                return Err(e);
+            }
         }
         self.wrote(written);
         Ok(())
@@ -196,6 +199,18 @@ impl Engine {
 }
 
 impl Engine {
+    /// Nothing of a server write was stored: listeners go back to the local view of the
+    /// documents it changed.
+    async fn restore(self: &Rc<Self>, changed: Vec<(DocumentName, Option<Document>)>) {
+        let mut restored = Vec::with_capacity(changed.len());
+        for (name, _) in changed {
+            if let Ok(doc) = self.local_doc(&name).await {
+                restored.push((name, doc));
+            }
+        }
+        self.local_changed(&restored).await;
+    }
+
     /// The version document `name` is known absent at by the server (0: not known).
     pub(super) fn absent_version(&self, name: &DocumentName) -> u64 {
         self.absent_at.borrow().get(name).copied().unwrap_or(0)

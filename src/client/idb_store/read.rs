@@ -77,6 +77,12 @@ impl Source {
 }
 
 /// How many records from `entries` scans one read keeps for later gets (a count over a
+/// From how many keys `get_many_raw` tries one range scan instead of a get per key.
+const DENSE_FROM: usize = 256;
+
+/// Most records per key asked that such a scan may read before it gives up.
+const DENSE_SPREAD: usize = 4;
+
 /// large range scans entries without fetching their documents).
 const PREFETCH_CAP: usize = 4096;
 
@@ -157,6 +163,11 @@ impl IdbRead {
         store: Store,
         keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Vec<u8>>>, JsValue> {
+        if keys.len() >= DENSE_FROM {
+            if let Some(found) = self.get_dense(store, keys).await? {
+                return Ok(found);
+            }
+        }
         let mut pending = Vec::with_capacity(keys.len());
         for k in keys {
             if let Some(record) = self.take_prefetched(store, k) {
@@ -177,6 +188,42 @@ impl IdbRead {
             out.push(stored_value(store, &value));
         }
         Ok(out)
+    }
+
+    /// Many keys as one range scan from the least to the greatest (a few requests instead
+    /// of one per key: a large result from the relay is mostly a whole collection), when
+    /// that range holds at most `DENSE_SPREAD` records per key asked; `None` otherwise (the
+    /// caller gets them one by one).
+    async fn get_dense(
+        &self,
+        store: Store,
+        keys: &[Vec<u8>],
+    ) -> Result<Option<Vec<Option<Vec<u8>>>>, JsValue> {
+        let (Some(least), Some(greatest)) = (keys.iter().min(), keys.iter().max()) else {
+            return Ok(Some(Vec::new()));
+        };
+        let mut end = greatest.clone();
+        end.push(0);
+        let range = KeyRange {
+            start: least.clone(),
+            end: Some(end),
+        };
+        let cap = keys.len().saturating_mul(DENSE_SPREAD);
+        let rows = self
+            .scan_source(Source::Store(store), &range, false, cap)
+            .await?;
+        if rows.len() >= cap {
+            return Ok(None);
+        }
+        let mut by_key: HashMap<Vec<u8>, JsValue> = rows.into_iter().collect();
+        Ok(Some(
+            keys.iter()
+                .map(|k| {
+                    let record = self.take_prefetched(store, k).or_else(|| by_key.remove(k));
+                    record.and_then(|r| stored_value(store, &r))
+                })
+                .collect(),
+        ))
     }
 
     async fn get_raw(&self, store: Store, key: &[u8]) -> Result<Option<Vec<u8>>, JsValue> {
