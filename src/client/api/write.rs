@@ -262,14 +262,9 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
             let batch_id = db.engine.next_batch_id();
             match sync.commit_transaction(batch_id, writes, reads).await {
                 Ok(_) => {
-                    // Bring the committed documents into the local view now rather than
-                    // waiting for a listen to deliver them.
-                    if let Ok(ServerMessage::GetResult {
-                        documents, version, ..
-                    }) = sync.request_get(touched).await
-                    {
-                        let _ = db.engine.server_documents(documents, version, false).await;
-                    }
+                    // Bring the committed documents no listen will deliver into the local view
+                    // now (see `Sync::refresh`).
+                    sync.clone().refresh(touched).await;
                     return Ok(result);
                 }
                 Err(e) if e.code() == ErrorCode::Aborted && attempt < MAX_ATTEMPTS => {

@@ -541,6 +541,22 @@ impl Engine {
         self.flush();
     }
 
+    /// Documents some listener shows or watches now.
+    pub fn shown_names(&self) -> HashSet<DocumentName> {
+        let mut shown = HashSet::new();
+        for l in self.listeners.borrow().values() {
+            match &l.watched {
+                Watched::Query(view) => {
+                    shown.extend(view.documents().iter().map(|d| d.name.clone()));
+                }
+                Watched::Document(name, _) => {
+                    shown.insert(name.clone());
+                }
+            }
+        }
+        shown
+    }
+
     /// Documents that may not be evicted now: in a listener's result or watched, with a
     /// pending write in this tab's queue, or recently read.
     pub(super) fn held_names(&self) -> HashSet<DocumentName> {

@@ -460,14 +460,27 @@ impl Sync {
         }
     }
 
-    /// Reads documents whose local view after an acknowledgement is only an estimate (see
-    /// `Engine::acknowledge`) from the relay. Also when a listen covers them: the listen may
-    /// have delivered a state the estimate's version then hid.
-    pub(super) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
+    /// Reads documents whose local view after a write is only an estimate (see
+    /// `Engine::acknowledge`), or that a transaction wrote, from the relay: those that no
+    /// listener shows and no target holds. The others are the listens' to correct: their
+    /// next snapshot carries the commit (the relay sends every changed document to the
+    /// targets it is or was in, and a document a listener shows that its target lacks is
+    /// listened to in limbo), consistently with every other document; a read answers at a
+    /// later version than the snapshots, and would show one document of a batch ahead of
+    /// the others.
+    pub(crate) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
+        let Some(engine) = self.engine() else { return };
+        let names = {
+            let shown = engine.shown_names();
+            let targets = self.targets.borrow();
+            names
+                .into_iter()
+                .filter(|n| !shown.contains(n) && !targets.values().any(|t| t.docs.contains(n)))
+                .collect::<Vec<_>>()
+        };
         if names.is_empty() {
             return;
         }
-        let Some(engine) = self.engine() else { return };
         if let Ok(ServerMessage::GetResult {
             documents, version, ..
         }) = self.request_get(names).await
