@@ -3,7 +3,7 @@
 // startRelay takes a fresh port and directory each time, so clients could not reconnect to
 // the same database after a crash).
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,11 +32,17 @@ export async function launchRelay(root) {
   const port = await freePort();
   let proc = null;
   let lines = [];
-  const note = (s) => { lines = [...lines, ...String(s).split('\n').filter(Boolean)].slice(-40); };
+  // HEARTH_MODEL_RELAY_LOG=<filter> (e.g. hearth_relay=trace) logs more and keeps the whole
+  // log in HEARTH_MODEL_RELAY_LOG_FILE when that is set.
+  const file = process.env.HEARTH_MODEL_RELAY_LOG_FILE;
+  const note = (s) => {
+    if (file) appendFileSync(file, String(s));
+    lines = [...lines, ...String(s).split('\n').filter(Boolean)].slice(-40);
+  };
 
   const once = () => new Promise((resolve, reject) => {
     const p = spawn(bin, ['serve', '--addr', `127.0.0.1:${port}`, '--data', data, '--heartbeat-ms', '500'],
-      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: 'warn' } });
+      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: process.env.HEARTH_MODEL_RELAY_LOG || 'warn' } });
     let out = '';
     const timer = setTimeout(() => { p.kill('SIGKILL'); reject(new Error('the relay did not start in 20 s')); }, 20000);
     p.stderr.on('data', note);

@@ -5,6 +5,8 @@
 // then brings everything back online, waits for quiescence and compares every client's
 // listeners and cache with a fresh client's reads from the relay and with the reference
 // model. Every wait is bounded, so a hang is reported as a failure with its seed.
+import { appendFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { startBrowser, startServer, root } from '../e2e/harness.mjs';
 import { checkModel } from './model.mjs';
 import { schedule } from './ops.mjs';
@@ -120,10 +122,17 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
     await onPage(c, 'open', (a) => window.agent.open(a),
       { name: 'model', relay: relay.url, client: c, listeners: plan.listeners[c] }, 30000);
   };
-  const watchConsole = (c, page) => {
+  const watchConsole = async (c, page) => {
     // Connection errors while the relay is down are expected; 404s are the favicon.
     const expected = /WebSocket connection to|Failed to load resource/;
     page.on('console', (m) => { if (m.type() === 'error' && !expected.test(m.text())) consoleErrors.push(`client ${c} console: ${m.text()}`); });
+    // HEARTH_MODEL_TRACE_DIR: each client's sync layer logs what it sends and applies
+    // (globalThis.__HEARTH_DEBUG__), kept with timestamps in <dir>/seed-<seed>-client-<c>.log.
+    if (process.env.HEARTH_MODEL_TRACE_DIR) {
+      const file = join(process.env.HEARTH_MODEL_TRACE_DIR, `seed-${seed}-client-${c}.log`);
+      await page.addInitScript(() => { globalThis.__HEARTH_DEBUG__ = true; });
+      page.on('console', (m) => { if (m.type() === 'debug') appendFileSync(file, `${Date.now()} ${m.text()}\n`); });
+    }
     page.on('pageerror', (e) => consoleErrors.push(`client ${c} page error: ${e.message}`));
   };
 
@@ -170,7 +179,7 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
     for (let c = 0; c < clients; c++) {
       browsers[c] = await startBrowser();
       pages[c] = await browsers[c].context.newPage();
-      watchConsole(c, pages[c]);
+      await watchConsole(c, pages[c]);
       await pages[c].goto(`${server.origin}/pkg-tests/model/page.html`);
       await openClient(c);
     }

@@ -319,6 +319,7 @@ fn apply_round(
             let prefix = db_prefix(db);
             let bkey = batch_key(db, &req.client_id, req.batch_id);
             if let Some(v) = batches.get(bkey.as_slice())? {
+                tracing::trace!(database = %db, client = %req.client_id, batch = req.batch_id, "a retry of a committed batch");
                 // The id was used before: a retry of that batch gets the same answer and is
                 // applied once; a different batch under it is refused.
                 results.push(match BatchRecord::decode(v.value()) {
@@ -444,6 +445,7 @@ fn apply_round(
             if !touched_versions.contains(db) {
                 touched_versions.push(db.clone());
             }
+            tracing::trace!(database = %db, client = %req.client_id, batch = req.batch_id, version, "committed");
             committed.push(Committed {
                 database: db.clone(),
                 version,

@@ -165,6 +165,7 @@ impl Sync {
     /// writes in flight and targets' buffered changes are forgotten (queued writes are sent
     /// again and targets listen again on the next Welcome), and listeners go `fromCache`.
     pub(super) fn forget_connection(&self, why: &str) {
+        self.trace(|| format!("connection gone: {why}"));
         let was_open = self.open.replace(false);
         self.queue_sent.set(false);
         self.deferred.set(None);

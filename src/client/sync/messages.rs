@@ -170,6 +170,7 @@ impl Sync {
                 heartbeat_ms,
                 ..
             } => {
+                self.trace(|| "welcome".to_owned());
                 self.open.set(true);
                 self.backoff_ms.set(250.0);
                 self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
@@ -239,6 +240,7 @@ impl Sync {
                 // Snapshot that follows its answer: every target then advances together, and
                 // no listener shows part of a commit that another target has not brought yet.
                 if self.unanswered() {
+                    self.trace(|| format!("snapshot {version} deferred"));
                     self.deferred.set(Some(version));
                     return;
                 }
@@ -315,6 +317,35 @@ impl Sync {
             return Ok(());
         };
         let version = snapshot.version;
+        self.trace(|| {
+            let targets: Vec<String> = snapshot
+                .targets
+                .iter()
+                .map(|(id, buffered)| {
+                    let changes: Vec<String> = buffered
+                        .iter()
+                        .flat_map(|(kind, changes)| {
+                            let reset =
+                                (*kind == TargetChangeKind::Reset).then(|| "RESET".to_owned());
+                            reset.into_iter().chain(changes.iter().map(|c| match c {
+                                DocumentChange::Upsert(d) => {
+                                    format!("+{}@{}", d.name, d.update_version)
+                                }
+                                DocumentChange::Leave(d) => {
+                                    format!("~{}@{}", d.name, d.update_version)
+                                }
+                                DocumentChange::Remove(n) => format!("-{n}"),
+                                DocumentChange::Delete { name, version } => {
+                                    format!("x{name}@{version}")
+                                }
+                            }))
+                        })
+                        .collect();
+                    format!("t{id}[{}]", changes.join(" "))
+                })
+                .collect();
+            format!("apply snapshot {version}: {}", targets.join(" "))
+        });
         let mut states = States::default();
         let mut current = Vec::new();
         {
@@ -408,6 +439,7 @@ impl Sync {
                     }
                 };
                 let Some((id, answer)) = next else { break };
+                self.trace(|| format!("answer batch {id}: {answer:?}"));
                 let Some(engine) = self.engine() else { break };
                 let stale = match answer {
                     Ok(version) => engine.acknowledge(id, version).await.unwrap_or_default(),
@@ -481,6 +513,7 @@ impl Sync {
         if names.is_empty() {
             return;
         }
+        self.trace(|| format!("read back {names:?}"));
         if let Ok(ServerMessage::GetResult {
             documents, version, ..
         }) = self.request_get(names).await
@@ -504,6 +537,7 @@ impl Sync {
             mutations: b.mutations.clone(),
             reads: Vec::new(),
         }) {
+            self.trace(|| format!("send batch {} as request {request_id}", b.id));
             self.writes.borrow_mut().insert(request_id, b.id);
             self.unsettled.borrow_mut().insert(b.id);
             self.sent_order.borrow_mut().push_back(b.id);
@@ -549,6 +583,7 @@ impl Sync {
         if self.limbo.borrow().contains_key(&name) {
             return;
         }
+        self.trace(|| format!("limbo {name}"));
         let query = Query::collection(name.parent()).where_(
             "__name__",
             hearth_core::query::model::Operator::Equal,
@@ -576,6 +611,13 @@ impl Sync {
     fn add_target(&self, target: Target) -> u32 {
         let target_id = self.next_target.get();
         self.next_target.set(target_id + 1);
+        self.trace(|| {
+            format!(
+                "target t{target_id}: {:?} resume {:?}",
+                target.limbo.as_ref().map_or("listener", |_| "limbo"),
+                target.resume
+            )
+        });
         let listen = ClientMessage::Listen {
             target_id,
             query: target.query.clone(),

@@ -162,6 +162,9 @@ pub struct Sync {
     /// Documents in limbo (they left a result; deleted, or changed so they no longer
     /// match) with the target that resolves each.
     limbo: RefCell<HashMap<DocumentName, u32>>,
+    /// Whether the page set `globalThis.__HEARTH_DEBUG__` before opening: the sync layer then
+    /// logs what it sends and applies (`console.debug`), for diagnosing a sync problem.
+    debug: bool,
 }
 
 /// A Snapshot with the target changes it makes consistent, taken when it arrived.
@@ -177,6 +180,13 @@ struct ReceivedSnapshot {
 }
 
 impl Sync {
+    /// Logs a line of the sync layer's work when debugging is on (see `debug`).
+    pub(super) fn trace(&self, line: impl FnOnce() -> String) {
+        if self.debug {
+            web_sys::console::debug_1(&format!("hearth-sync {}", line()).into());
+        }
+    }
+
     /// Starts syncing `engine` with the relay at `url`: loads the stored resume versions,
     /// installs the engine's hooks and connects.
     pub async fn start(
@@ -226,6 +236,8 @@ impl Sync {
             answers: RefCell::new(HashMap::new()),
             answering: Cell::new(false),
             limbo: RefCell::new(HashMap::new()),
+            debug: js_sys::Reflect::get(&js_sys::global(), &"__HEARTH_DEBUG__".into())
+                .is_ok_and(|v| v.is_truthy()),
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);

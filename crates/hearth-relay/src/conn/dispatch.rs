@@ -217,6 +217,12 @@ impl Connection {
         mutations: Vec<Mutation>,
         reads: Vec<(DocumentName, Option<u64>)>,
     ) {
+        tracing::trace!(
+            conn = self.id,
+            request = request_id,
+            batch = batch_id,
+            "write received"
+        );
         for m in &mutations {
             if let Err(e) = m.validate() {
                 let e = WriteError::from(e);
