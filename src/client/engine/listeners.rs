@@ -46,6 +46,9 @@ pub enum ListenEvent {
     Error(ClientError),
 }
 
+/// Most reads a refill makes while changes keep reaching its view; the last one is taken.
+const REFILL_ATTEMPTS: u32 = 8;
+
 /// A listener's callback, as the API wrapped the JS one.
 pub(super) type Callback = Rc<dyn Fn(ListenEvent)>;
 
@@ -80,6 +83,9 @@ pub(super) struct Listener {
     /// snapshot's changes are the diff from it, whatever updates of the view (batches,
     /// refills, interleaved by awaits) came in between.
     shown: Vec<Document>,
+    /// Counts the changes the view took: a refill read made before one of them may miss it
+    /// (its read began before that change's write), so it is read again.
+    generation: u64,
 }
 
 impl Engine {
@@ -106,6 +112,7 @@ impl Engine {
                 last_meta: None,
                 last_pending: HashSet::new(),
                 shown: Vec::new(),
+                generation: 0,
             },
         );
         // The relay target first, so the first snapshot knows whether to wait for it.
@@ -138,6 +145,7 @@ impl Engine {
                 last_meta: None,
                 last_pending: HashSet::new(),
                 shown: Vec::new(),
+                generation: 0,
             },
         );
         if let Some(l) = self.on_listen.borrow().as_ref() {
@@ -357,6 +365,7 @@ impl Engine {
                         if relevant.is_empty() && !l.include_metadata {
                             continue;
                         }
+                        l.generation += 1;
                         let update =
                             view.apply_batch(relevant.iter().map(|(n, d)| (n, d.as_ref())));
                         if update.needs_refill {
@@ -411,16 +420,27 @@ impl Engine {
             return;
         }
         for id in refill {
-            let q = match self.listeners.borrow().get(&id) {
-                Some(Listener {
-                    watched: Watched::Query(v),
-                    ..
-                }) => v.query().clone(),
-                _ => continue,
-            };
-            match self.query(&q).await {
-                Ok(docs) => self.reset_query_listener(id, docs),
-                Err(e) => self.fail_listener(id, e),
+            // A change that reaches the view while the refill reads was written after the
+            // read began, so the read may lack it: read again until none came in between.
+            for attempt in 1.. {
+                let (q, generation) = match self.listeners.borrow().get(&id) {
+                    Some(Listener {
+                        watched: Watched::Query(v),
+                        generation,
+                        ..
+                    }) => (v.query().clone(), *generation),
+                    _ => break,
+                };
+                let read = self.query(&q).await;
+                let now = self.listeners.borrow().get(&id).map(|l| l.generation);
+                if now.is_some_and(|g| g != generation) && attempt < REFILL_ATTEMPTS {
+                    continue;
+                }
+                match read {
+                    Ok(docs) => self.reset_query_listener(id, docs),
+                    Err(e) => self.fail_listener(id, e),
+                }
+                break;
             }
         }
         if let Some(hook) = self.on_local_change.borrow().as_ref() {
