@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use super::matcher::Matcher;
 use super::model::{Aggregation, LimitType, Query};
 use super::plan::{plan, Access, Branch, JoinScan, Plan};
-use super::validate::{validate, QueryError};
+use super::validate::{validate, validate_aggregations, QueryError};
 use crate::document::{get_path, Document};
 use crate::encoding::document::decode_document;
 use crate::encoding::key::{prefix_end, split_kinds};
@@ -460,6 +460,7 @@ pub async fn run_aggregation<K: KvRead>(
     query: &Query,
     aggs: &[Aggregation],
 ) -> Result<Vec<Value>, QueryError> {
+    validate_aggregations(aggs)?;
     let q = validate(query)?;
     let p = plan(catalog, &q)?;
     let matcher = Matcher::new(q.clone());
