@@ -59,12 +59,16 @@ fn disjunction_limit_counts_list_values() {
         .where_("b", Operator::In, ints(0..5));
     validate(&ok).unwrap();
     validate(&items().where_("a", Operator::In, ints(0..30))).unwrap();
-    let over = items()
-        .where_("a", Operator::In, ints(0..6))
-        .where_("b", Operator::ArrayContainsAny, ints(0..6));
+    let over = items().where_("a", Operator::In, ints(0..6)).where_(
+        "b",
+        Operator::ArrayContainsAny,
+        ints(0..6),
+    );
     assert!(refusal(&over).to_string().contains("36 disjunctions"));
     let or31 = items().filter(Filter::Or(
-        (0..31).map(|i| Filter::field("a", Operator::Equal, i)).collect(),
+        (0..31)
+            .map(|i| Filter::field("a", Operator::Equal, i))
+            .collect(),
     ));
     assert_eq!(refusal(&or31).code(), ErrorCode::InvalidArgument);
     let or_in = items().filter(Filter::Or(vec![
@@ -228,8 +232,16 @@ fn arb_tricky() -> impl Strategy<Value = Value> {
     prop_oneof![
         Just(Value::Null),
         (0i64..3).prop_map(Value::Integer),
-        prop::sample::select(vec![0.0, -0.0, 1.0, 2.0, f64::NAN, -f64::NAN, f64::INFINITY])
-            .prop_map(Value::Double),
+        prop::sample::select(vec![
+            0.0,
+            -0.0,
+            1.0,
+            2.0,
+            f64::NAN,
+            -f64::NAN,
+            f64::INFINITY
+        ])
+        .prop_map(Value::Double),
         prop::sample::select(vec!["", "a", "b"]).prop_map(Value::from),
         (0i64..2, prop::sample::select(vec![0.0, -0.0, f64::NAN])).prop_map(|(i, d)| {
             Value::Map(
@@ -411,14 +423,24 @@ fn a_result_over_the_budget_is_refused_while_reading() {
     let each = wire_size(&docs[0]);
     let all = block_on_ready(run_query_within(&store, &catalog, &items(), 50 * each)).unwrap();
     assert_eq!(all.len(), 50);
-    let e = block_on_ready(run_query_within(&store, &catalog, &items(), 50 * each - 1))
-        .unwrap_err();
+    let e =
+        block_on_ready(run_query_within(&store, &catalog, &items(), 50 * each - 1)).unwrap_err();
     assert_eq!(e.code(), ErrorCode::ResourceExhausted);
-    assert!(e.to_string().contains(&format!("over {} bytes", 50 * each - 1)), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("over {} bytes", 50 * each - 1)),
+        "{e}"
+    );
     // A limit or a projection brings it under the budget.
     let limited = items().limit(10);
     let got = block_on_ready(run_query_within(&store, &catalog, &limited, 10 * each)).unwrap();
     assert_eq!(got.len(), 10);
     let keys_only = items().select(&[]);
-    block_on_ready(run_query_within(&store, &catalog, &keys_only, 50 * each / 10)).unwrap();
+    block_on_ready(run_query_within(
+        &store,
+        &catalog,
+        &keys_only,
+        50 * each / 10,
+    ))
+    .unwrap();
 }
