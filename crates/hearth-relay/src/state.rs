@@ -170,12 +170,7 @@ impl Relay {
             .version()
             .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
         let catalog = db.catalog().clone();
-        let docs = block_on_ready(run_query_within(
-            &view,
-            &catalog,
-            q,
-            MAX_QUERY_RESULT_BYTES,
-        ))?;
+        let docs = block_on_ready(run_query_within(&view, &catalog, q, MAX_QUERY_RESULT_BYTES))?;
         Ok((docs, version))
     }
 

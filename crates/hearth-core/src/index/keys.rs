@@ -23,8 +23,7 @@ use super::def::{mode_direction, IndexCatalog, IndexDef};
 use crate::document::Document;
 use crate::encoding::key::{
     encode_value, split_kinds, write_kinds, write_name, write_segments, write_string, write_value,
-    Direction,
-    KeyDecodeError, KeyReader,
+    Direction, KeyDecodeError, KeyReader,
 };
 use crate::path::{CollectionPath, DocumentName};
 use crate::value::Value;

@@ -96,7 +96,11 @@ fn hash_strict<H: Hasher>(v: &Value, h: &mut H) {
         }
         Value::Double(d) => {
             h.write_u8(3);
-            h.write_u64(if d.is_nan() { f64::NAN.to_bits() } else { d.to_bits() });
+            h.write_u64(if d.is_nan() {
+                f64::NAN.to_bits()
+            } else {
+                d.to_bits()
+            });
         }
         Value::Timestamp(t) => {
             h.write_u8(4);

@@ -175,10 +175,8 @@ fn check_update(m: &Mutation, fields: &[(FieldPath, Option<Value>)]) -> Result<(
     // The written paths do not overlap (checked above), so a transform conflicts with a
     // write on or above it (found by looking its prefixes up) or with one below it (the
     // first written path after it in sorted order, if any extends it).
-    let by_path: HashMap<&[String], (&FieldPath, &Option<Value>)> = fields
-        .iter()
-        .map(|(p, v)| (p.segments(), (p, v)))
-        .collect();
+    let by_path: HashMap<&[String], (&FieldPath, &Option<Value>)> =
+        fields.iter().map(|(p, v)| (p.segments(), (p, v))).collect();
     let mut sorted: Vec<&FieldPath> = fields.iter().map(|(p, _)| p).collect();
     sorted.sort();
     for (t, _) in &m.transforms {

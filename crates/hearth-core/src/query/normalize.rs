@@ -134,9 +134,7 @@ pub fn dnf_size(filter: Option<&Filter>) -> u64 {
 /// The most field filters one conjunction of the filter's disjunctive normal form holds (an
 /// AND adds its children's, an OR takes the largest), computed without expanding it.
 pub fn max_conjunction_len(filter: Option<&Filter>) -> u64 {
-    filter.map_or(0, |f| {
-        fold(f, &|_| 1, 0, u64::saturating_add, u64::max)
-    })
+    filter.map_or(0, |f| fold(f, &|_| 1, 0, u64::saturating_add, u64::max))
 }
 
 /// Folds the filter tree bottom-up: `leaf` per field filter, `and` and `or` combine the
