@@ -9,15 +9,15 @@ use hearth_core::index::config::IndexFile;
 use hearth_core::index::def::IndexCatalog;
 use hearth_core::index::keys::distinct_in_order;
 use hearth_core::kv::{block_on_ready, MemStore};
-use hearth_core::mutation::{ApplyContext, FieldTransform};
-use hearth_core::path::{CollectionPath, DocumentName};
+use hearth_core::mutation::{ApplyContext, FieldTransform, Mutation, SetMerge};
+use hearth_core::path::{CollectionPath, DocumentName, FieldPath};
 use hearth_core::protocol::codec::encode_server;
 use hearth_core::protocol::ServerMessage;
 use hearth_core::query::execute::{run_aggregation, run_query_within, wire_size};
 use hearth_core::query::model::{Aggregation, FieldFilter, Filter, Operator, Query};
 use hearth_core::query::normalize::{dnf, dnf_size, max_conjunction_len, MAX_DISJUNCTIONS};
 use hearth_core::query::validate::{validate, QueryError};
-use hearth_core::value::{Timestamp, Value};
+use hearth_core::value::{Map, Timestamp, Value};
 use proptest::prelude::*;
 
 fn items() -> Query {
@@ -443,4 +443,145 @@ fn a_result_over_the_budget_is_refused_while_reading() {
         50 * each / 10,
     ))
     .unwrap();
+}
+
+// ---- Update and merge-field path checks against a pairwise reference ----
+
+fn arb_path() -> impl Strategy<Value = FieldPath> {
+    prop::collection::vec(prop::sample::select(vec!["a", "b"]), 1..4)
+        .prop_map(|s| FieldPath::parse(&s.join(".")).unwrap())
+}
+
+/// A leaf, or a small map over the same names (so a transform may land inside it).
+fn arb_update_value() -> impl Strategy<Value = Option<Value>> {
+    let leaf = prop_oneof![
+        Just(Value::Integer(1)),
+        Just(Value::Map(Default::default()))
+    ];
+    let value = leaf.prop_recursive(2, 6, 2, |inner| {
+        prop::collection::btree_map(prop::sample::select(vec!["a", "b"]), inner, 0..3)
+            .prop_map(|m| Value::Map(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+    });
+    prop_oneof![Just(None), value.prop_map(Some)]
+}
+
+fn naive_conflicts_in_value(value: &Value, rest: &[String]) -> bool {
+    match (value, rest.split_first()) {
+        (_, None) => true,
+        (Value::Map(inner), Some((first, rest))) => inner
+            .get(first)
+            .is_some_and(|v| naive_conflicts_in_value(v, rest)),
+        _ => true,
+    }
+}
+
+/// Whether an update is valid, by comparing every pair (the rules of
+/// `mutation::validate` for updates, written out naively).
+fn naive_update_ok(fields: &[(FieldPath, Option<Value>)], transforms: &[FieldPath]) -> bool {
+    let overlaps = |paths: &[&FieldPath]| {
+        paths.iter().enumerate().any(|(i, p)| {
+            paths[i + 1..]
+                .iter()
+                .any(|q| p.starts_with(q) || q.starts_with(p))
+        })
+    };
+    let written: Vec<&FieldPath> = fields.iter().map(|(p, _)| p).collect();
+    let transformed: Vec<&FieldPath> = transforms.iter().collect();
+    if overlaps(&written) || overlaps(&transformed) {
+        return false;
+    }
+    !transforms.iter().any(|t| {
+        fields.iter().any(|(path, value)| {
+            if t.starts_with(path) {
+                let rest = &t.segments()[path.segments().len()..];
+                value
+                    .as_ref()
+                    .is_none_or(|v| naive_conflicts_in_value(v, rest))
+            } else {
+                path.starts_with(t)
+            }
+        })
+    })
+}
+
+/// Whether a set with merge fields is valid as far as the listed paths go: each listed path
+/// is in the data or has a sentinel under it, and each sentinel is under a listed path.
+fn naive_merge_fields_ok(data: &Map, listed: &[FieldPath], sentinels: &[FieldPath]) -> bool {
+    listed.iter().all(|l| {
+        hearth_core::document::get_path(data, l.segments()).is_some()
+            || sentinels.iter().any(|s| s.starts_with(l))
+    }) && sentinels
+        .iter()
+        .all(|s| listed.iter().any(|l| s.starts_with(l)))
+}
+
+/// Sets `segments` in `map` to `value`, creating (or replacing non-map values with) maps on
+/// the way.
+fn put(map: &mut Map, segments: &[String], value: Value) {
+    let (first, rest) = segments.split_first().unwrap();
+    if rest.is_empty() {
+        map.insert(first.clone(), value);
+        return;
+    }
+    let entry = map
+        .entry(first.clone())
+        .or_insert_with(|| Value::Map(Map::new()));
+    if !matches!(entry, Value::Map(_)) {
+        *entry = Value::Map(Map::new());
+    }
+    let Value::Map(inner) = entry else {
+        unreachable!("made a map above")
+    };
+    put(inner, rest, value);
+}
+
+proptest! {
+    #[test]
+    fn update_path_checks_equal_the_pairwise_reference(
+        fields in prop::collection::vec((arb_path(), arb_update_value()), 0..5),
+        transforms in prop::collection::vec(arb_path(), 0..4),
+    ) {
+        let mut m = Mutation::update(name("items/u"), fields.clone());
+        for t in &transforms {
+            m = m.with_transform(t.clone(), FieldTransform::Increment(Value::Integer(1)));
+        }
+        prop_assert_eq!(m.validate().is_ok(), naive_update_ok(&fields, &transforms), "{:?}", m);
+    }
+
+    #[test]
+    fn merge_field_checks_equal_the_pairwise_reference(
+        listed in prop::collection::vec(arb_path(), 1..4),
+        transforms in prop::collection::vec(arb_path(), 0..3),
+        present in prop::collection::vec(arb_path(), 0..3),
+    ) {
+        // Data holds leaves at `present` paths that neither a transform nor each other
+        // overlaps, so only the listed-path rules can refuse the write.
+        let mut data = Map::new();
+        let mut kept: Vec<FieldPath> = Vec::new();
+        for p in present {
+            let clash = kept.iter().chain(&transforms).any(|q| p.starts_with(q) || q.starts_with(&p));
+            if !clash {
+                put(&mut data, p.segments(), Value::Integer(1));
+                kept.push(p);
+            }
+        }
+        let transforms_ok = transforms.iter().enumerate().all(|(i, t)| {
+            transforms[i + 1..].iter().all(|u| !t.starts_with(u) && !u.starts_with(t))
+        });
+        prop_assume!(transforms_ok);
+        let mut m = Mutation::set_merge(
+            name("items/m"),
+            data.clone(),
+            SetMerge::MergeFields(listed.clone()),
+        );
+        for t in &transforms {
+            m = m.with_transform(t.clone(), FieldTransform::Increment(Value::Integer(1)));
+        }
+        prop_assert_eq!(
+            m.validate().is_ok(),
+            naive_merge_fields_ok(&data, &listed, &transforms),
+            "{:?}",
+            m
+        );
+    }
 }
