@@ -294,7 +294,7 @@ fn check_size(q: &Query) -> Result<(), QueryError> {
     let disjunctions = dnf_size(q.filter.as_ref());
     if disjunctions > MAX_DISJUNCTIONS as u64 {
         let shown = if disjunctions == u64::MAX {
-            "over 18446744073709551614".to_owned()
+            format!("at least {}", u64::MAX)
         } else {
             disjunctions.to_string()
         };
