@@ -13,9 +13,18 @@ use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
-use hearth_core::query::execute::run_query;
+use hearth_core::protocol::MAX_FRAME_BYTES;
+use hearth_core::query::execute::{run_query, run_query_within};
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::QueryError;
+
+/// The most a `QueryResult` frame needs besides its documents: the type byte, then the
+/// request id, version and document count as varints of at most 10 bytes each.
+const QUERY_RESULT_HEADER_BYTES: usize = 1 + 3 * 10;
+
+/// The most bytes of documents one `QueryResult` may carry (`docs/protocol.md`: one message
+/// per answer, at most `MAX_FRAME_BYTES`).
+pub const MAX_QUERY_RESULT_BYTES: usize = MAX_FRAME_BYTES - QUERY_RESULT_HEADER_BYTES;
 
 /// The relay's shared state. Its parts are read through accessors: they are fixed when
 /// [`Relay::start`] returns, and what changes inside them does so through their own
@@ -142,6 +151,27 @@ impl Relay {
     pub fn database(&self, name: &str) -> Result<Arc<Database>, DatabaseError> {
         self.databases
             .get_or_create(name, &self.store, &self.committer, &self.config)
+    }
+
+    /// Runs a one-time query on the latest committed state for a `QueryResult`: (documents,
+    /// version), or `resource-exhausted` as soon as the documents read would not fit in the
+    /// reply ([`MAX_QUERY_RESULT_BYTES`]), before the rest of the result is read.
+    pub fn query_for_reply(
+        &self,
+        db: &Database,
+        q: &Query,
+    ) -> Result<(Vec<Document>, u64), QueryError> {
+        let snap = self
+            .store
+            .snapshot()
+            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
+        let view = snap.database(db.name());
+        let version = view
+            .version()
+            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
+        let catalog = db.catalog().clone();
+        let docs = block_on_ready(run_query_within(&view, &catalog, q, MAX_QUERY_RESULT_BYTES))?;
+        Ok((docs, version))
     }
 
     /// Runs a query on the latest committed state: (documents, version).

@@ -16,14 +16,14 @@
 //! the table doubles as each collection's `__name__` index. In an index, entries with equal
 //! values order by document name, in the direction of the index's name component.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use super::config::{FieldMode, QueryScope};
 use super::def::{mode_direction, IndexCatalog, IndexDef};
 use crate::document::Document;
 use crate::encoding::key::{
-    split_kinds, write_kinds, write_name, write_segments, write_string, write_value, Direction,
-    KeyDecodeError, KeyReader,
+    encode_value, split_kinds, write_kinds, write_name, write_segments, write_string, write_value,
+    Direction, KeyDecodeError, KeyReader,
 };
 use crate::path::{CollectionPath, DocumentName};
 use crate::value::Value;
@@ -97,12 +97,7 @@ pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
                     // Distinct in the index's order, not strictly: `1` and `1.0` (or `0` and
                     // `-0.0`) encode to the same bytes, and two entries that differ only in
                     // their kinds trailer would make one scan return the document twice.
-                    let mut distinct: Vec<Value> = Vec::with_capacity(items.len());
-                    for item in items {
-                        if !distinct.iter().any(|d| d.eq_order(&item)) {
-                            distinct.push(item);
-                        }
-                    }
+                    let distinct = distinct_in_order(items);
                     if distinct.is_empty() {
                         return Vec::new();
                     }
@@ -144,6 +139,17 @@ pub fn index_entries(def: &IndexDef, doc: &Document) -> Vec<Vec<u8>> {
             choice[i] = 0;
         }
     }
+}
+
+/// The first occurrence of each order-distinct value of `items`, in their order. Values equal
+/// in the query order have the same order-preserving encoding (number kinds dropped) and
+/// distinct ones differ, so the encodings key a hash set: linear in the array, not quadratic.
+pub fn distinct_in_order(items: Vec<Value>) -> Vec<Value> {
+    let mut seen: HashSet<Vec<u8>> = HashSet::with_capacity(items.len());
+    items
+        .into_iter()
+        .filter(|item| seen.insert(encode_value(item, Direction::Ascending)))
+        .collect()
 }
 
 /// Every index entry of `doc` under `catalog`.

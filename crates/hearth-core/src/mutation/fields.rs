@@ -60,11 +60,12 @@ pub(super) fn apply_set(base: Option<&Map>, data: &Map, merge: &SetMerge, m: &Mu
             }
         }
     } else {
-        let sentinels: Vec<&FieldPath> = m
+        let mut sentinels: Vec<&FieldPath> = m
             .field_deletes_in_merge
             .iter()
             .chain(m.transforms.iter().map(|(p, _)| p))
             .collect();
+        sentinels.sort();
         merge_leaves(&mut out, data, &mut Vec::new(), &sentinels);
     }
     for path in &m.field_deletes_in_merge {
@@ -76,15 +77,16 @@ pub(super) fn apply_set(base: Option<&Map>, data: &Map, merge: &SetMerge, m: &Mu
 /// Writes every leaf of `data` into `out`. A leaf is a non-map value or an empty map, except
 /// an empty map with a delete or transform under it: that map only held the sentinels
 /// (`{ a: { b: FieldValue.delete() } }` parses to data `{ a: {} }`), so it writes nothing.
+/// `sentinels` is sorted: the paths strictly under a prefix directly follow it.
 fn merge_leaves(out: &mut Map, data: &Map, prefix: &mut Vec<String>, sentinels: &[&FieldPath]) {
     for (key, value) in data {
         prefix.push(key.clone());
         match value {
             Value::Map(inner) if !inner.is_empty() => merge_leaves(out, inner, prefix, sentinels),
             Value::Map(_)
-                if sentinels.iter().any(|s| {
-                    s.segments().len() > prefix.len() && s.segments().starts_with(prefix)
-                }) => {}
+                if sentinels
+                    .get(sentinels.partition_point(|s| s.segments() <= prefix.as_slice()))
+                    .is_some_and(|s| s.segments().starts_with(prefix)) => {}
             leaf => set_path(out, prefix, leaf.clone()),
         }
         prefix.pop();

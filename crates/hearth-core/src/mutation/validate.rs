@@ -8,6 +8,8 @@
 //! transforms `a.c`), but never on or above a written value, and never below a written
 //! non-map, since the transform would then silently discard part of the write.
 
+use std::collections::{HashMap, HashSet};
+
 use crate::path::{FieldPath, DOCUMENT_ID_FIELD};
 use crate::value::{Map, Value};
 
@@ -129,22 +131,24 @@ fn check_set(m: &Mutation, data: &Map, merge: &SetMerge) -> Result<(), String> {
     let SetMerge::MergeFields(listed) = merge else {
         return Ok(());
     };
-    let sentinels = || {
-        m.field_deletes_in_merge
-            .iter()
-            .chain(m.transforms.iter().map(|(p, _)| p))
-    };
+    let mut sentinels: Vec<&FieldPath> = m
+        .field_deletes_in_merge
+        .iter()
+        .chain(m.transforms.iter().map(|(p, _)| p))
+        .collect();
+    sentinels.sort();
     for path in listed {
         let present = crate::document::get_path(data, path.segments()).is_some()
-            || sentinels().any(|s| s.starts_with(path));
+            || has_extension(&sentinels, path);
         if !present {
             return Err(format!(
                 "field `{path}` is listed in merge fields but missing from the data"
             ));
         }
     }
-    for path in sentinels() {
-        if !listed.iter().any(|l| path.starts_with(l)) {
+    let listed: HashSet<&[String]> = listed.iter().map(|l| l.segments()).collect();
+    for path in sentinels {
+        if !prefixes(path).any(|p| listed.contains(p)) {
             return Err(format!(
                 "field `{path}` has a FieldValue sentinel but is not in the merge fields"
             ));
@@ -168,22 +172,46 @@ fn check_update(m: &Mutation, fields: &[(FieldPath, Option<Value>)]) -> Result<(
     if let Some(msg) = overlap(fields.iter().map(|(p, _)| p)) {
         return Err(msg);
     }
+    // The written paths do not overlap (checked above), so a transform conflicts with a
+    // write on or above it (found by looking its prefixes up) or with one below it (the
+    // first written path after it in sorted order, if any extends it).
+    let by_path: HashMap<&[String], (&FieldPath, &Option<Value>)> =
+        fields.iter().map(|(p, v)| (p.segments(), (p, v))).collect();
+    let mut sorted: Vec<&FieldPath> = fields.iter().map(|(p, _)| p).collect();
+    sorted.sort();
     for (t, _) in &m.transforms {
-        for (path, value) in fields {
-            let conflict = if t.starts_with(path) {
-                let rest = &t.segments()[path.segments().len()..];
-                value.as_ref().is_none_or(|v| conflicts_in_value(v, rest))
-            } else {
-                path.starts_with(t)
+        for prefix in prefixes(t) {
+            let Some((path, value)) = by_path.get(prefix) else {
+                continue;
             };
-            if conflict {
+            let rest = &t.segments()[prefix.len()..];
+            if value.as_ref().is_none_or(|v| conflicts_in_value(v, rest)) {
                 return Err(format!(
                     "field `{t}` is transformed but the same update also writes `{path}`"
                 ));
             }
         }
+        let below = sorted.partition_point(|p| *p <= t);
+        if let Some(path) = sorted.get(below).filter(|p| p.starts_with(t)) {
+            return Err(format!(
+                "field `{t}` is transformed but the same update also writes `{path}`"
+            ));
+        }
     }
     Ok(())
+}
+
+/// Every prefix of `path`'s segments, itself included, shortest first.
+fn prefixes(path: &FieldPath) -> impl Iterator<Item = &[String]> {
+    let s = path.segments();
+    (1..=s.len()).map(move |n| &s[..n])
+}
+
+/// Whether some path of `sorted` equals or extends `path`: in segment order the extensions of
+/// a path directly follow it, so the first one not below it is the only candidate.
+fn has_extension(sorted: &[&FieldPath], path: &FieldPath) -> bool {
+    let at = sorted.partition_point(|p| *p < path);
+    sorted.get(at).is_some_and(|p| p.starts_with(path))
 }
 
 /// Whether writing at `segments` would replace part of `map` as written: a value already

@@ -13,10 +13,11 @@ use std::collections::VecDeque;
 use super::matcher::Matcher;
 use super::model::{Aggregation, LimitType, Query};
 use super::plan::{plan, Access, Branch, JoinScan, Plan};
-use super::validate::{validate, QueryError};
+use super::validate::{validate, validate_aggregations, QueryError};
 use crate::document::{get_path, Document};
-use crate::encoding::document::decode_document;
+use crate::encoding::document::{decode_document, encoded_size};
 use crate::encoding::key::{prefix_end, split_kinds};
+use crate::encoding::varint::len as varint_len;
 use crate::index::def::IndexCatalog;
 use crate::index::keys::{decode_document_key, decode_entry, document_key};
 use crate::kv::{KeyRange, KvError, KvRead, Row, Table};
@@ -395,6 +396,48 @@ pub async fn run_query<K: KvRead>(
 
 /// Runs a plan of a validated query.
 pub async fn execute<K: KvRead>(kv: &K, q: &Query, p: &Plan) -> Result<Vec<Document>, QueryError> {
+    execute_within(kv, q, p, usize::MAX).await
+}
+
+/// Validates, plans and runs `query` like [`run_query`], refusing with `resource-exhausted`
+/// as soon as the documents gathered would take more than `max_bytes` in a reply (each
+/// counted by [`wire_size`], after projection): a result too large to send is never
+/// collected whole.
+pub async fn run_query_within<K: KvRead>(
+    kv: &K,
+    catalog: &IndexCatalog,
+    query: &Query,
+    max_bytes: usize,
+) -> Result<Vec<Document>, QueryError> {
+    let q = validate(query)?;
+    let p = plan(catalog, &q)?;
+    execute_within(kv, &q, &p, max_bytes).await
+}
+
+/// The bytes `doc` takes as one `document` of a reply frame: its length as a varint, then
+/// its document encoding (`docs/protocol.md`), computed without encoding it.
+pub fn wire_size(doc: &Document) -> usize {
+    let segments = doc.name.segments();
+    let name = varint_len(segments.len() as u64)
+        + segments
+            .iter()
+            .map(|s| varint_len(s.len() as u64) + s.len())
+            .sum::<usize>();
+    let encoded = 1
+        + name
+        + varint_len(doc.create_version)
+        + varint_len(doc.update_version)
+        + encoded_size(&doc.fields);
+    varint_len(encoded as u64) + encoded
+}
+
+/// [`execute`] with a budget of `max_bytes` of [`wire_size`] for the whole result.
+async fn execute_within<K: KvRead>(
+    kv: &K,
+    q: &Query,
+    p: &Plan,
+    max_bytes: usize,
+) -> Result<Vec<Document>, QueryError> {
     let matcher = Matcher::new(q.clone());
     let limit = q.limit.map(|n| n as u64);
     let wanted = limit.map(|l| l + q.offset);
@@ -402,23 +445,33 @@ pub async fn execute<K: KvRead>(kv: &K, q: &Query, p: &Plan) -> Result<Vec<Docum
     let mut merged = Merged::new(p, batch);
     let mut out = Vec::new();
     let mut skipped = 0;
+    let mut bytes = 0usize;
     while limit.is_none_or(|l| (out.len() as u64) < l) {
-        let Some(doc) = merged.next(kv, &matcher).await? else {
+        let Some(mut doc) = merged.next(kv, &matcher).await? else {
             break;
         };
         if skipped < q.offset {
             skipped += 1;
             continue;
         }
+        if let Some(fields) = &q.projection {
+            doc.fields = project(&doc.fields, fields).into();
+        }
+        if max_bytes != usize::MAX {
+            bytes = bytes.saturating_add(wire_size(&doc));
+            if bytes > max_bytes {
+                return Err(QueryError::ResourceExhausted(format!(
+                    "the result is over {max_bytes} bytes, more than one reply frame may carry \
+                     (MAX_FRAME_BYTES less the reply's header), after {} documents: add a limit \
+                     or a projection (select), or page with cursors",
+                    out.len()
+                )));
+            }
+        }
         out.push(doc);
     }
     if q.limit_type == LimitType::Last {
         out.reverse();
-    }
-    if let Some(fields) = &q.projection {
-        for d in &mut out {
-            d.fields = project(&d.fields, fields).into();
-        }
     }
     Ok(out)
 }
@@ -460,6 +513,7 @@ pub async fn run_aggregation<K: KvRead>(
     query: &Query,
     aggs: &[Aggregation],
 ) -> Result<Vec<Value>, QueryError> {
+    validate_aggregations(aggs)?;
     let q = validate(query)?;
     let p = plan(catalog, &q)?;
     let matcher = Matcher::new(q.clone());
@@ -485,13 +539,14 @@ pub async fn run_aggregation<K: KvRead>(
         }
         seen += 1;
         if q.limit_type == LimitType::Last {
-            backward.push(doc);
+            // Only the summed values are kept, not the documents.
+            backward.push(summands(aggs, &doc));
             continue;
         }
-        add_to(&mut acc, aggs, &doc);
+        add_values(&mut acc, summands(aggs, &doc));
     }
-    for doc in backward.iter().rev() {
-        add_to(&mut acc, aggs, doc);
+    for values in backward.into_iter().rev() {
+        add_values(&mut acc, values);
     }
     Ok(acc
         .iter()
@@ -504,12 +559,24 @@ pub async fn run_aggregation<K: KvRead>(
         .collect())
 }
 
-fn add_to(acc: &mut [Accumulator], aggs: &[Aggregation], doc: &Document) {
-    for (a, agg) in acc.iter_mut().zip(aggs) {
-        if let Aggregation::Sum(f) | Aggregation::Average(f) = agg {
-            if let Some(v) = doc.field(f) {
-                a.add(&v);
-            }
+/// The numeric value each aggregation of `aggs` takes from `doc` (none for `count`, a
+/// missing field or a non-number).
+fn summands(aggs: &[Aggregation], doc: &Document) -> Vec<Option<Value>> {
+    aggs.iter()
+        .map(|agg| match agg {
+            Aggregation::Sum(f) | Aggregation::Average(f) => doc
+                .field(f)
+                .map(|v| v.into_owned())
+                .filter(|v| matches!(v, Value::Integer(_) | Value::Double(_))),
+            Aggregation::Count => None,
+        })
+        .collect()
+}
+
+fn add_values(acc: &mut [Accumulator], values: Vec<Option<Value>>) {
+    for (a, v) in acc.iter_mut().zip(values) {
+        if let Some(v) = v {
+            a.add(&v);
         }
     }
 }

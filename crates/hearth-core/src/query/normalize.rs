@@ -2,9 +2,10 @@
 
 use std::collections::BTreeSet;
 
-use super::model::{FieldFilter, Filter, OrderBy, Query};
+use super::model::{FieldFilter, Filter, Operator, OrderBy, Query};
 use crate::encoding::key::Direction;
 use crate::path::FieldPath;
+use crate::value::Value;
 
 /// Most conjunctions a filter may expand to (Firestore's limit on disjunctive normal form).
 pub const MAX_DISJUNCTIONS: usize = 30;
@@ -31,8 +32,9 @@ pub fn inequality_fields(q: &Query) -> BTreeSet<FieldPath> {
 pub fn normalized_order(q: &Query) -> Vec<OrderBy> {
     let mut order = q.order_by.clone();
     let implicit_dir = order.last().map_or(Direction::Ascending, |o| o.dir);
+    let explicit: BTreeSet<&FieldPath> = q.order_by.iter().map(|o| &o.field).collect();
     for f in inequality_fields(q) {
-        if !f.is_document_id() && !order.iter().any(|o| o.field == f) {
+        if !f.is_document_id() && !explicit.contains(&f) {
             order.push(OrderBy {
                 field: f,
                 dir: implicit_dir,
@@ -49,17 +51,26 @@ pub fn normalized_order(q: &Query) -> Vec<OrderBy> {
 }
 
 /// The filter as a disjunction of conjunctions of field filters. No filter is one empty
-/// conjunction. `None` when the expansion exceeds `limit` conjunctions.
+/// conjunction. `None` when the expansion exceeds `limit` conjunctions (`in` lists stay one
+/// filter each here; [`dnf_size`] counts their values too).
+///
+/// The size is checked before anything is built, and every conjunction is built once from
+/// its parts: the work is linear in the output.
 pub fn dnf(filter: Option<&Filter>, limit: usize) -> Option<Vec<Vec<FieldFilter>>> {
-    match filter {
-        None => Some(vec![Vec::new()]),
-        Some(f) => dnf_of(f, limit),
-    }
+    let refs = match filter {
+        None => vec![Vec::new()],
+        Some(f) => dnf_of(f, limit)?,
+    };
+    Some(
+        refs.into_iter()
+            .map(|c| c.into_iter().cloned().collect())
+            .collect(),
+    )
 }
 
-fn dnf_of(f: &Filter, limit: usize) -> Option<Vec<Vec<FieldFilter>>> {
+fn dnf_of(f: &Filter, limit: usize) -> Option<Vec<Vec<&FieldFilter>>> {
     match f {
-        Filter::Field(ff) => Some(vec![vec![ff.clone()]]),
+        Filter::Field(ff) => Some(vec![vec![ff]]),
         Filter::Or(parts) if parts.is_empty() => Some(vec![Vec::new()]),
         Filter::Or(parts) => {
             let mut out = Vec::new();
@@ -72,23 +83,77 @@ fn dnf_of(f: &Filter, limit: usize) -> Option<Vec<Vec<FieldFilter>>> {
             Some(out)
         }
         Filter::And(parts) => {
-            let mut acc: Vec<Vec<FieldFilter>> = vec![Vec::new()];
-            for p in parts {
-                let branches = dnf_of(p, limit)?;
-                if acc.len() * branches.len() > limit {
-                    return None;
-                }
-                let mut next = Vec::with_capacity(acc.len() * branches.len());
-                for a in &acc {
-                    for b in &branches {
-                        let mut c = a.clone();
-                        c.extend(b.iter().cloned());
-                        next.push(c);
-                    }
-                }
-                acc = next;
+            let children = parts
+                .iter()
+                .map(|p| dnf_of(p, limit))
+                .collect::<Option<Vec<_>>>()?;
+            let mut count = 1usize;
+            for c in &children {
+                count = count.checked_mul(c.len()).filter(|n| *n <= limit)?;
             }
-            Some(acc)
+            // Conjunction `i` takes, from child `k`, the conjunction at digit `k` of `i`
+            // written in the mixed radix of the children's sizes (the last child fastest).
+            let mut out = Vec::with_capacity(count);
+            for i in 0..count {
+                let mut conj = Vec::new();
+                let mut rest = i;
+                let mut picks = Vec::with_capacity(children.len());
+                for c in children.iter().rev() {
+                    picks.push(&c[rest % c.len()]);
+                    rest /= c.len();
+                }
+                for pick in picks.into_iter().rev() {
+                    conj.extend(pick.iter().copied());
+                }
+                out.push(conj);
+            }
+            Some(out)
         }
     }
+}
+
+/// The number of conjunctions the filter's disjunctive normal form has once `in` and
+/// `array-contains-any` lists are expanded into one equality per value (Firestore's count:
+/// an OR adds its children's counts, an AND multiplies them, a list counts its values).
+/// Computed from the tree without expanding it, saturating at `u64::MAX`, so it is linear in
+/// the filter's size however large the expansion would be. No filter, or an empty AND or
+/// OR, is one (empty) conjunction.
+pub fn dnf_size(filter: Option<&Filter>) -> u64 {
+    let leaf = |ff: &FieldFilter| match (ff.op, &ff.value) {
+        (Operator::In | Operator::ArrayContainsAny, Value::Array(items)) => {
+            u64::try_from(items.len()).unwrap_or(u64::MAX)
+        }
+        (Operator::In | Operator::ArrayContainsAny, _) => 0,
+        _ => 1,
+    };
+    filter.map_or(1, |f| {
+        fold(f, &leaf, 1, u64::saturating_mul, u64::saturating_add)
+    })
+}
+
+/// The most field filters one conjunction of the filter's disjunctive normal form holds (an
+/// AND adds its children's, an OR takes the largest), computed without expanding it.
+pub fn max_conjunction_len(filter: Option<&Filter>) -> u64 {
+    filter.map_or(0, |f| fold(f, &|_| 1, 0, u64::saturating_add, u64::max))
+}
+
+/// Folds the filter tree bottom-up: `leaf` per field filter, `and` and `or` combine the
+/// children's results, and `empty` is what an empty AND or OR gives.
+fn fold(
+    f: &Filter,
+    leaf: &dyn Fn(&FieldFilter) -> u64,
+    empty: u64,
+    and: fn(u64, u64) -> u64,
+    or: fn(u64, u64) -> u64,
+) -> u64 {
+    let (parts, combine) = match f {
+        Filter::Field(ff) => return leaf(ff),
+        Filter::And(parts) => (parts, and),
+        Filter::Or(parts) => (parts, or),
+    };
+    parts
+        .iter()
+        .map(|p| fold(p, leaf, empty, and, or))
+        .reduce(combine)
+        .unwrap_or(empty)
 }

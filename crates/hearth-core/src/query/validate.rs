@@ -3,15 +3,28 @@
 //! [`validate`] also resolves `documentId()` operands and cursor values given as strings into
 //! references, so that every later stage sees only references for `__name__`.
 
-use super::model::{Cursor, FieldFilter, Filter, LimitType, Operator, Query, Source};
-use super::normalize::{dnf, normalized_order, MAX_DISJUNCTIONS};
+use std::collections::BTreeSet;
+
+use super::model::{Aggregation, Cursor, FieldFilter, Filter, LimitType, Operator, Query, Source};
+use super::normalize::{dnf, dnf_size, max_conjunction_len, normalized_order, MAX_DISJUNCTIONS};
 use crate::error::ErrorCode;
 use crate::index::config::CompositeIndexSpec;
 use crate::path::{CollectionPath, DocumentName};
 use crate::value::Value;
 
-/// Most values in an `in`, `not-in` or `array-contains-any` list.
+/// Most values in an `in` or `array-contains-any` list (Firestore's limit).
 pub const MAX_LIST_VALUES: usize = 30;
+
+/// Most values in a `not-in` list (Firestore's limit).
+pub const MAX_NOT_IN_VALUES: usize = 10;
+
+/// Most filters, orderBys and parent path (1 for a subcollection, 0 for a top-level
+/// collection or a collection group) one query may have, counted in the largest conjunction
+/// of its disjunctive normal form (Firestore's limit).
+pub const MAX_QUERY_TERMS: u64 = 100;
+
+/// Most aggregations one aggregation request may ask for (Firestore's limit).
+pub const MAX_AGGREGATIONS: usize = 5;
 
 /// Why a query cannot run. `code()` gives the stable code the JS API exposes.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -21,6 +34,9 @@ pub enum QueryError {
     InvalidArgument(String),
     #[error("unimplemented: {0}")]
     Unimplemented(String),
+    /// A valid request over one of Hearth's own limits (a result too large for one reply).
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
     /// No index serves the query. `index` is the composite index to add.
     #[error("{message}")]
     MissingIndex {
@@ -38,6 +54,7 @@ impl QueryError {
         match self {
             QueryError::InvalidArgument(_) => ErrorCode::InvalidArgument,
             QueryError::Unimplemented(_) => ErrorCode::Unimplemented,
+            QueryError::ResourceExhausted(_) => ErrorCode::ResourceExhausted,
             QueryError::MissingIndex { .. } => ErrorCode::FailedPrecondition,
             QueryError::Storage(_) => ErrorCode::Unavailable,
             QueryError::Corrupt(_) => ErrorCode::DataLoss,
@@ -107,9 +124,14 @@ fn validate_field_filter(source: &Source, ff: &FieldFilter) -> Result<FieldFilte
                 "a non-empty array is required for '{op}' filters"
             )));
         }
-        if items.len() > MAX_LIST_VALUES {
+        let max = if op == Operator::NotIn {
+            MAX_NOT_IN_VALUES
+        } else {
+            MAX_LIST_VALUES
+        };
+        if items.len() > max {
             return Err(invalid(format!(
-                "'{op}' filters support a maximum of {MAX_LIST_VALUES} elements in the value array"
+                "'{op}' filters support a maximum of {max} elements in the value array"
             )));
         }
         // Firestore's SDK parses an `in` / `not-in` list as an "array argument", with no
@@ -265,6 +287,50 @@ pub fn check_listenable(q: &Query) -> Result<(), QueryError> {
     Ok(())
 }
 
+/// Firestore's limits on a query's size, counted from the filter tree without expanding it
+/// (linear in the query however large its expansion would be), so that no later stage ever
+/// builds more than [`MAX_DISJUNCTIONS`] conjunctions of at most [`MAX_QUERY_TERMS`] filters.
+fn check_size(q: &Query) -> Result<(), QueryError> {
+    let disjunctions = dnf_size(q.filter.as_ref());
+    if disjunctions > MAX_DISJUNCTIONS as u64 {
+        let shown = if disjunctions == u64::MAX {
+            format!("at least {}", u64::MAX)
+        } else {
+            disjunctions.to_string()
+        };
+        return Err(invalid(format!(
+            "the filter has {shown} disjunctions in disjunctive normal form ('in' and \
+             'array-contains-any' values count, and multiply across AND), over the limit of \
+             {MAX_DISJUNCTIONS}"
+        )));
+    }
+    let parent = match &q.source {
+        Source::Collection(c) if c.segments().len() > 1 => 1,
+        _ => 0,
+    };
+    let terms = max_conjunction_len(q.filter.as_ref())
+        .saturating_add(u64::try_from(q.order_by.len()).unwrap_or(u64::MAX))
+        .saturating_add(parent);
+    if terms > MAX_QUERY_TERMS {
+        return Err(invalid(format!(
+            "the query has {terms} filters, orderBys and parent path in one disjunction, \
+             over the limit of {MAX_QUERY_TERMS}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an aggregation request's list: at most [`MAX_AGGREGATIONS`] (Firestore's limit).
+pub fn validate_aggregations(aggs: &[Aggregation]) -> Result<(), QueryError> {
+    if aggs.len() > MAX_AGGREGATIONS {
+        return Err(invalid(format!(
+            "the request has {} aggregations, over the limit of {MAX_AGGREGATIONS}",
+            aggs.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks `q` and returns it with `documentId()` operands resolved to references.
 pub fn validate(q: &Query) -> Result<Query, QueryError> {
     let mut out = q.clone();
@@ -284,19 +350,17 @@ pub fn validate(q: &Query) -> Result<Query, QueryError> {
         debug_assert!(CollectionPath::parse(&c.to_string()).is_ok());
     }
     if let Some(f) = &q.filter {
-        let f = validate_filter(&q.source, f)?;
-        check_operator_mix(&f)?;
-        if dnf(Some(&f), MAX_DISJUNCTIONS).is_none() {
-            return Err(invalid(format!(
-                "the filter expands to more than {MAX_DISJUNCTIONS} disjunctions"
-            )));
-        }
-        out.filter = Some(f);
+        out.filter = Some(validate_filter(&q.source, f)?);
+    }
+    check_size(&out)?;
+    if let Some(f) = &out.filter {
+        check_operator_mix(f)?;
     }
     // Firestore's backend refuses a field ordered twice (`orderBy('n').orderBy('n', 'desc')`);
     // its SDK lets the query through, so the refusal is the query's, wherever it runs.
-    for (i, o) in q.order_by.iter().enumerate() {
-        if q.order_by[..i].iter().any(|p| p.field == o.field) {
+    let mut ordered = BTreeSet::new();
+    for o in &q.order_by {
+        if !ordered.insert(&o.field) {
             return Err(invalid(format!(
                 "order by clause cannot contain duplicate fields (`{}` is ordered more than once)",
                 o.field

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod corrupt;
+mod cost;
 mod doc_encoding;
 mod index_config;
 mod index_maintenance;

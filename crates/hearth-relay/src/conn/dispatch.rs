@@ -188,12 +188,12 @@ impl Connection {
         let q = validate(query)?;
         // An OR query may need several indexes: create them one by one.
         for _ in 0..8 {
-            match self.relay.query_latest(&self.db, &q) {
+            match self.relay.query_for_reply(&self.db, &q) {
                 Err(e) if self.relay.auto_index(&self.db, &e).await => continue,
                 other => return other,
             }
         }
-        self.relay.query_latest(&self.db, &q)
+        self.relay.query_for_reply(&self.db, &q)
     }
 
     fn aggregate(

@@ -22,7 +22,7 @@ mod render;
 mod zigzag;
 
 use super::model::{FieldFilter, LimitType, Operator, OrderBy, Query, Source};
-use super::normalize::{dnf, normalized_order, MAX_DISJUNCTIONS};
+use super::normalize::{dnf, dnf_size, normalized_order, MAX_DISJUNCTIONS};
 use super::validate::QueryError;
 use crate::encoding::key::Direction;
 use crate::index::config::QueryScope;
@@ -31,7 +31,9 @@ use crate::kv::{KeyRange, Table};
 use crate::path::{CollectionPath, FieldPath};
 use crate::value::Value;
 
-/// Most branches a query may expand to after `in` / `array-contains-any` expansion.
+/// Most branches a query may expand to after `in` / `array-contains-any` expansion. A
+/// validated query has at most [`MAX_DISJUNCTIONS`]; this bound keeps the planner safe on
+/// its own, checked arithmetically before any branch is built.
 pub const MAX_BRANCHES: usize = 900;
 
 /// How one branch reads candidates.
@@ -194,21 +196,19 @@ pub fn plan(catalog: &IndexCatalog, query: &Query) -> Result<Plan, QueryError> {
             Source::CollectionGroup(_) => QueryScope::CollectionGroup,
         },
     };
+    if dnf_size(query.filter.as_ref()) > MAX_BRANCHES as u64 {
+        return Err(QueryError::InvalidArgument(format!(
+            "the query expands to more than {MAX_BRANCHES} index scans ('in' and 'array-contains-any' values multiply)"
+        )));
+    }
     let conjunctions = dnf(query.filter.as_ref(), MAX_DISJUNCTIONS).ok_or_else(|| {
         QueryError::InvalidArgument(format!(
             "the filter expands to more than {MAX_DISJUNCTIONS} disjunctions"
         ))
     })?;
     let mut branches = Vec::new();
-    let mut expanded = 0usize;
     for c in &conjunctions {
         let parts = expand(c);
-        expanded += parts.len();
-        if expanded > MAX_BRANCHES {
-            return Err(QueryError::InvalidArgument(format!(
-                "the query expands to more than {MAX_BRANCHES} index scans ('in' and 'array-contains-any' values multiply)"
-            )));
-        }
         for conj in parts.iter().filter(|c| !c.empty) {
             if let Some(b) = planner.plan_branch(conj)? {
                 branches.push(b);

@@ -1,0 +1,227 @@
+//! Requests from a hostile client cost bounded work, refused before the work is done: a
+//! query whose `in` filters multiply past Firestore's 30 disjunctions, too many
+//! aggregations, a result larger than one reply, and a write with a 20,000-element
+//! `arrayUnion`. Meanwhile a bystander on another connection and another database keeps
+//! writing and listening, and sees every write promptly and no error.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hearth_client::Client;
+use hearth_core::error::ErrorCode;
+use hearth_core::mutation::{FieldTransform, Mutation};
+use hearth_core::query::model::{Aggregation, Operator as Op, Query};
+use hearth_core::value::Value;
+
+use crate::harness::*;
+
+/// Six `in` filters of 30 values on different fields: 30^6 disjunctions.
+fn exploding(collection: &str) -> Query {
+    let values = Value::Array((0..30).map(int).collect());
+    ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .fold(Query::collection(coll(collection)), |q, f| {
+            q.where_(f, Op::In, values.clone())
+        })
+}
+
+/// Writes one document and waits for the listener to show it, over and over until `stop`;
+/// the latency of each round trip (write sent to snapshot seen).
+async fn bystander(client: Client, stop: Arc<AtomicBool>) -> Vec<Duration> {
+    let q = Query::collection(coll("calm"));
+    let mut listener = within(client.listen(&q, None)).await.unwrap();
+    within(listener.next()).await.unwrap();
+    let mut latencies = Vec::new();
+    let mut i = 0i64;
+    while !stop.load(Ordering::Relaxed) || latencies.len() < 5 {
+        i += 1;
+        let doc = name(&format!("calm/d{}", i % 20));
+        let started = Instant::now();
+        let version = within(client.write(vec![Mutation::set(doc.clone(), map([("n", int(i))]))]))
+            .await
+            .expect("the bystander's write succeeds");
+        loop {
+            let snap = within(listener.next())
+                .await
+                .expect("the bystander's listener sees no error");
+            if snap.version >= version {
+                let shown = snap.documents.iter().find(|d| d.name == doc);
+                assert_eq!(shown.and_then(|d| d.fields.get("n")), Some(&int(i)));
+                break;
+            }
+        }
+        latencies.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    latencies
+}
+
+fn summary(mut l: Vec<Duration>) -> String {
+    l.sort();
+    let at = |p: usize| l[(l.len() - 1) * p / 100];
+    format!(
+        "{} round trips, median {:?}, p99 {:?}, max {:?}",
+        l.len(),
+        at(50),
+        at(99),
+        at(100)
+    )
+}
+
+/// A relay, its bystander (database `calm`) already running, and a hostile client on
+/// database `attack`.
+struct Scene {
+    relay: Relay,
+    stop: Arc<AtomicBool>,
+    calm: tokio::task::JoinHandle<Vec<Duration>>,
+    c: Client,
+}
+
+impl Scene {
+    async fn start(args: &[&str]) -> Scene {
+        let relay = Relay::fresh(args);
+        let stop = Arc::new(AtomicBool::new(false));
+        let calm = tokio::spawn(bystander(relay.client("calm").await, stop.clone()));
+        let c = relay.client("attack").await;
+        Scene {
+            relay,
+            stop,
+            calm,
+            c,
+        }
+    }
+
+    /// Stops the bystander (it saw no error, or it would have panicked) and checks that the
+    /// relay still answers; the bystander's latencies.
+    async fn finish(self, what: &str) {
+        self.stop.store(true, Ordering::Relaxed);
+        let latencies = within(self.calm)
+            .await
+            .expect("the bystander ran to the end");
+        eprintln!("hostile ({what}): bystander {}", summary(latencies));
+        within(self.c.ping()).await.expect("the relay is still up");
+        within(self.relay.client("calm").await.ping())
+            .await
+            .expect("the relay still accepts connections");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exploding_query_is_refused_and_the_relay_stays_up() {
+    let scene = Scene::start(&[]).await;
+    let c = &scene.c;
+    // The exploding query: refused with invalid-argument, as a query, a listen and an
+    // aggregation, and the relay stays up.
+    let started = Instant::now();
+    let err = within(c.query(&exploding("items")))
+        .await
+        .expect_err("over 30 disjunctions");
+    let refused_in = started.elapsed();
+    eprintln!("hostile: the exploding query was refused in {refused_in:?}");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("limit of 30"), "{err}");
+    let err = within(c.aggregate(&exploding("items"), vec![Aggregation::Count]))
+        .await
+        .expect_err("over 30 disjunctions");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    let mut l = within(c.listen(&exploding("items"), None)).await.unwrap();
+    let err = within(l.next()).await.expect_err("over 30 disjunctions");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    within(c.ping()).await.expect("the relay is still up");
+
+    // Six aggregations in one request: Firestore's limit is five.
+    let err = within(c.aggregate(
+        &Query::collection(coll("items")),
+        vec![Aggregation::Count; 6],
+    ))
+    .await
+    .expect_err("over 5 aggregations");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("limit of 5"), "{err}");
+
+    scene.finish("exploding query").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_20000_element_array_union_commits_quickly() {
+    let scene = Scene::start(&[]).await;
+    let c = &scene.c;
+    // A 20,000-element arrayUnion onto a 20,000-element array (half of it new), then a
+    // 20,000-element arrayRemove: each one commit.
+    let doc = name("items/arr");
+    let base = Value::Array((0..20_000).map(int).collect());
+    within(c.write(vec![Mutation::set(doc.clone(), map([("xs", base)]))]))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let union = (10_000..30_000).map(int).collect();
+    within(c.write(vec![Mutation::update(doc.clone(), vec![])
+        .with_transform(fp("xs"), FieldTransform::ArrayUnion(union))]))
+    .await
+    .expect("the union commits");
+    let union_in = started.elapsed();
+    eprintln!("hostile: 20,000-element arrayUnion committed in {union_in:?}");
+    let started = Instant::now();
+    let remove = (0..20_000).map(int).collect();
+    within(c.write(vec![Mutation::update(doc.clone(), vec![])
+        .with_transform(fp("xs"), FieldTransform::ArrayRemove(remove))]))
+    .await
+    .expect("the removal commits");
+    let remove_in = started.elapsed();
+    eprintln!("hostile: 20,000-element arrayRemove committed in {remove_in:?}");
+    let stored = within(c.get_one(&doc)).await.unwrap().expect("stored");
+    let Some(Value::Array(xs)) = stored.fields.get("xs") else {
+        panic!("xs is an array")
+    };
+    assert_eq!(xs.len(), 10_000);
+    assert_eq!(xs.first(), Some(&int(20_000)));
+    // The array-contains index holds each element once: one of them finds the document.
+    let (found, _) = within(c.query(&Query::collection(coll("items")).where_(
+        "xs",
+        Op::ArrayContains,
+        int(25_000),
+    )))
+    .await
+    .unwrap();
+    assert_eq!(found.len(), 1);
+
+    scene.finish("array transforms").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_one_reply_is_refused_while_it_is_read() {
+    let dir = TempDir::new("hostile");
+    let indexes = dir.payload_exempt_indexes("big");
+    let scene = Scene::start(&["--indexes", &indexes]).await;
+    let c = &scene.c;
+    // A result over one reply: 17 documents of about 1 MiB. The query is refused with
+    // resource-exhausted naming the limit; a limit brings it under.
+    let payload = "p".repeat(1_000_000);
+    for i in 0..17 {
+        within(c.write(vec![Mutation::set(
+            name(&format!("big/d{i:02}")),
+            map([("p", s(&payload))]),
+        )]))
+        .await
+        .unwrap();
+    }
+    let started = Instant::now();
+    let err = within(c.query(&Query::collection(coll("big"))))
+        .await
+        .expect_err("over one reply");
+    let big_refused_in = started.elapsed();
+    assert_eq!(err.code(), Some(ErrorCode::ResourceExhausted), "{err}");
+    assert!(err.to_string().contains("MAX_FRAME_BYTES"), "{err}");
+    let (some, _) = within(c.query(&Query::collection(coll("big")).limit(3)))
+        .await
+        .unwrap();
+    assert_eq!(some.len(), 3);
+    let (count, _) = within(c.aggregate(&Query::collection(coll("big")), vec![Aggregation::Count]))
+        .await
+        .unwrap();
+    assert_eq!(count, vec![int(17)]);
+
+    eprintln!("hostile: a 17 MiB query was refused in {big_refused_in:?}");
+    scene.finish("large result").await;
+}
