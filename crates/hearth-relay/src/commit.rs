@@ -356,11 +356,25 @@ fn apply_round(
                     break;
                 }
             }
+            // A refusal is recorded under the batch id like a commit: a retry (the client
+            // did not hear the answer) gets the same refusal instead of being applied after
+            // the batches the client sent behind it.
+            let mut refuse = |e: WriteError| -> Result<WriteError, StoreError> {
+                let record = BatchRecord {
+                    version: state.version,
+                    micros: now_micros().max(state.last_micros),
+                    digest: Some(req.digest),
+                    refused: Some((e.code, e.message.clone())),
+                };
+                batches.insert(bkey.as_slice(), record.encode().as_slice())?;
+                tracing::trace!(database = %db, client = %req.client_id, batch = req.batch_id, code = ?e.code, "refused");
+                Ok(e)
+            };
             if let Some(name) = conflict {
-                results.push(Err(WriteError::new(
+                results.push(Err(refuse(WriteError::new(
                     ErrorCode::Aborted,
                     format!("transaction conflict: `{name}` changed since it was read; retry the transaction"),
-                )));
+                ))?));
                 continue;
             }
             let version = state.version + 1;
@@ -392,7 +406,7 @@ fn apply_round(
                 }
             }
             if let Some(e) = failed {
-                results.push(Err(e));
+                results.push(Err(refuse(e)?));
                 continue;
             }
             let mut encoded = Vec::with_capacity(overlay.len());
@@ -406,7 +420,7 @@ fn apply_round(
                 }
             }
             if let Some(e) = failed {
-                results.push(Err(e));
+                results.push(Err(refuse(e)?));
                 continue;
             }
             for ((name, old, new), bytes) in overlay.iter().zip(encoded) {
@@ -438,6 +452,7 @@ fn apply_round(
                 version,
                 micros,
                 digest: Some(req.digest),
+                refused: None,
             };
             batches.insert(bkey.as_slice(), record.encode().as_slice())?;
             state.version = version;

@@ -77,6 +77,11 @@ pub struct BatchRecord {
     pub micros: i64,
     /// The batch's digest; `None` in records written before digests were kept.
     pub digest: Option<BatchDigest>,
+    /// The batch was refused for good (a precondition, a transaction conflict, a document
+    /// too large): its retry gets the same refusal rather than being applied later, after
+    /// batches the client sent behind it. `version` is then the database's version at the
+    /// refusal.
+    pub refused: Option<(ErrorCode, String)>,
 }
 
 impl BatchRecord {
@@ -87,6 +92,10 @@ impl BatchRecord {
         out.extend_from_slice(&self.micros.to_be_bytes());
         if let Some(d) = &self.digest {
             out.extend_from_slice(d);
+            if let Some((code, message)) = &self.refused {
+                out.push(code.tag());
+                out.extend_from_slice(message.as_bytes());
+            }
         }
         out
     }
@@ -100,17 +109,32 @@ impl BatchRecord {
         };
         let digest = match b.len() {
             16 => None,
-            48 => {
+            n if n >= 48 => {
                 let mut d = [0u8; 32];
-                d.copy_from_slice(&b[16..]);
+                d.copy_from_slice(&b[16..48]);
                 Some(d)
             }
-            n => return Err(format!("a batch record of {n} bytes (16 or 48 expected)")),
+            n => {
+                return Err(format!(
+                    "a batch record of {n} bytes (16, or 48 and more, expected)"
+                ))
+            }
+        };
+        let refused = match b.get(48..) {
+            None | Some([]) => None,
+            Some([tag, message @ ..]) => {
+                let code = ErrorCode::from_tag(*tag)
+                    .ok_or_else(|| format!("a batch record with the unknown error code {tag}"))?;
+                let message = String::from_utf8(message.to_vec())
+                    .map_err(|_| "a batch record whose refusal is not UTF-8".to_owned())?;
+                Some((code, message))
+            }
         };
         Ok(BatchRecord {
             version: u64::from_be_bytes(word(0)),
             micros: i64::from_be_bytes(word(8)),
             digest,
+            refused,
         })
     }
 
@@ -136,7 +160,10 @@ impl BatchRecord {
                     self.version
                 ),
             )),
-            _ => Ok(self.version),
+            _ => match &self.refused {
+                Some((code, message)) => Err(WriteError::new(*code, message.clone())),
+                None => Ok(self.version),
+            },
         }
     }
 }
@@ -159,10 +186,24 @@ mod tests {
                 version: 7,
                 micros: -3,
                 digest,
+                refused: None,
             };
             assert_eq!(BatchRecord::decode(&r.encode()), Ok(r));
         }
-        for n in [0, 8, 15, 17, 47, 49] {
+        let refused = BatchRecord {
+            version: 9,
+            micros: 4,
+            digest: Some(d),
+            refused: Some((ErrorCode::NotFound, "no document to update: a/b".into())),
+        };
+        assert_eq!(BatchRecord::decode(&refused.encode()), Ok(refused.clone()));
+        assert_eq!(
+            refused.answer(&d, "c", 1).map_err(|e| e.code),
+            Err(ErrorCode::NotFound)
+        );
+        assert!(BatchRecord::decode(&[vec![1; 48], vec![250]].concat()).is_err());
+        assert!(BatchRecord::decode(&[vec![1; 48], vec![5, 0xff]].concat()).is_err());
+        for n in [0, 8, 15, 17, 47] {
             assert!(BatchRecord::decode(&vec![1; n]).is_err(), "{n} bytes");
         }
     }
@@ -187,6 +228,7 @@ mod tests {
             version: 5,
             micros: 0,
             digest: Some(base),
+            refused: None,
         };
         assert_eq!(r.answer(&base, "c", 9), Ok(5));
         let e = r.answer(&others[0], "c", 9).unwrap_err();

@@ -92,6 +92,7 @@ mod tests {
                     version,
                     micros,
                     digest: None,
+                    refused: None,
                 };
                 let key = batch_key("db", "client", 100 + version);
                 batches

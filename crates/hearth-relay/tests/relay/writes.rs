@@ -201,6 +201,36 @@ async fn a_retried_batch_is_applied_once() {
 }
 
 /// A refusal of a batch whose id was already used for other writes: its message.
+/// A batch refused for good is answered the same way when it comes again under its id (its
+/// client did not hear the answer and sent it again after later batches): it is never applied
+/// after the batches its client sent behind it.
+#[tokio::test]
+async fn a_refused_batch_sent_again_is_refused_again() {
+    let relay = Relay::fresh(&[]);
+    let id = unique("refused");
+    let c = relay.client_as("refused", &id).await;
+    let update = || {
+        vec![Mutation::update(
+            name("w/late"),
+            vec![(fp("v"), Some(int(1)))],
+        )]
+    };
+    let batch = c.next_batch_id();
+    let first = within(c.write_with_id(batch, update(), vec![])).await;
+    assert_eq!(first.map_err(|e| e.code()), Err(Some(ErrorCode::NotFound)));
+    // A later batch of the client creates the document.
+    within(c.write(vec![Mutation::set(name("w/late"), map([("v", int(0))]))]))
+        .await
+        .unwrap();
+    // The first batch again, on a new connection: refused as before, not applied now.
+    within(c.close()).await;
+    let c2 = relay.client_as("refused", &id).await;
+    let again = within(c2.write_with_id(batch, update(), vec![])).await;
+    assert_eq!(again.map_err(|e| e.code()), Err(Some(ErrorCode::NotFound)));
+    let doc = within(c2.get_one(&name("w/late"))).await.unwrap();
+    assert_eq!(doc.as_ref().and_then(|d| d.fields.get("v")), Some(&int(0)));
+}
+
 fn reused_id_refusal(r: Result<u64, ClientError>, batch: u64, label: &str) -> String {
     match r {
         Ok(v) => panic!(
