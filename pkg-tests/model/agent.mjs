@@ -36,7 +36,11 @@ export function installAgent(win, hearth) {
     if (counts[key] <= 3) agent.errors.push(`client ${agent.client} ${where}: ${message}`);
     else if (counts[key] === 4) agent.errors.push(`client ${agent.client} ${key}: further failures of this listener not shown`);
   };
-  const failOf = (t, where, message) => fail(where, message, t.name);
+  const failOf = (t, where, message) => {
+    // Beside the sync layer's trace (HEARTH_MODEL_TRACE_DIR), when tracing.
+    if (globalThis.__HEARTH_DEBUG__) console.debug(`model-check ${t.name}: ${where}: ${message}`);
+    fail(where, message, t.name);
+  };
 
   /** A write's JSON data, with sentinels ({ $inc }, { $del }, { $union }, { $remove }) made
    *  FieldValues. */
@@ -93,6 +97,9 @@ export function installAgent(win, hearth) {
     }
     const docs = s.docs.map(plain);
     const shown = text(docs);
+    if (globalThis.__HEARTH_DEBUG__) {
+      console.debug(`model-snap ${t.name} ${s.metadata.fromCache ? 'cache' : 'server'}: ${shown.map((d) => `${d.id}:${JSON.parse(d.data).w ?? ''}`).join(' ')}`);
+    }
     if (JSON.stringify(shown) !== JSON.stringify(t.list)) {
       failOf(t, where, `docChanges [${log.join(', ')}] replay to ${JSON.stringify(t.list)}, docs are ${JSON.stringify(shown)}`);
     }

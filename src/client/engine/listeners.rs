@@ -350,6 +350,18 @@ impl Engine {
         if changed.is_empty() {
             return Vec::new();
         }
+        if self.debug {
+            let list: Vec<String> = changed
+                .iter()
+                .map(|(n, d)| match d {
+                    Some(d) => format!("{n}@{}", d.update_version),
+                    None => format!("x{n}"),
+                })
+                .collect();
+            web_sys::console::debug_1(
+                &format!("hearth-engine local view: {}", list.join(" ")).into(),
+            );
+        }
         let mut refill = Vec::new();
         // Without listeners (a bulk load) there is no metadata to compute.
         if !self.listeners.borrow().is_empty() {

@@ -118,6 +118,8 @@ pub struct Engine {
     /// connection lost or failed (until one is welcomed). Not at start with a relay: the
     /// first connection's outcome is unknown then.
     offline: Cell<bool>,
+    /// `globalThis.__HEARTH_DEBUG__` was set at open: local view changes are logged.
+    pub(crate) debug: bool,
     /// The write lock: serializes read-modify-write sequences on the local view.
     lock: AsyncLock,
     /// Serializes the handling of other contexts' change notices.
@@ -228,6 +230,8 @@ impl Engine {
             current_targets: RefCell::new(BTreeSet::new()),
             online: Cell::new(false),
             offline: Cell::new(!synced),
+            debug: js_sys::Reflect::get(&js_sys::global(), &"__HEARTH_DEBUG__".into())
+                .is_ok_and(|v| v.is_truthy()),
             lock: AsyncLock::default(),
             external: AsyncLock::default(),
             outbox: RefCell::new(Vec::new()),

@@ -14,7 +14,7 @@ use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::encode_query;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
-use hearth_core::query::model::Query;
+use hearth_core::query::model::{Query, Source};
 
 /// The server states a snapshot carries, one per document: the newest, an absence read at
 /// a version counting as newer than a document written at or before it.
@@ -44,6 +44,14 @@ impl States {
             .into_iter()
             .map(|(name, (_, state))| (name, state))
             .collect()
+    }
+}
+
+/// Whether document `name` can belong to a query over `source`.
+fn in_source(source: &Source, name: &DocumentName) -> bool {
+    match source {
+        Source::Collection(c) => c.contains(name),
+        Source::CollectionGroup(g) => name.collection_id() == g,
     }
 }
 
@@ -493,13 +501,14 @@ impl Sync {
     }
 
     /// Reads documents whose local view after a write is only an estimate (see
-    /// `Engine::acknowledge`), or that a transaction wrote, from the relay: those that no
-    /// listener shows and no target holds. The others are the listens' to correct: their
-    /// next snapshot carries the commit (the relay sends every changed document to the
-    /// targets it is or was in, and a document a listener shows that its target lacks is
-    /// listened to in limbo), consistently with every other document; a read answers at a
-    /// later version than the snapshots, and would show one document of a batch ahead of
-    /// the others.
+    /// `Engine::acknowledge`), or that a transaction wrote, from the relay: only those of
+    /// collections no listen covers. The others are the listens' to correct: their next
+    /// snapshot carries the commit (the relay sends every changed document to the targets
+    /// it is or was in, and a document a listener shows that its target lacks is listened
+    /// to in limbo), consistently with every other document; a read answers at a later
+    /// version than the snapshots, and would show one document of a batch ahead of the
+    /// others. (A document of a listened collection that no listener shows keeps its
+    /// estimate in the cache until a listen or a read brings it.)
     pub(crate) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
         let Some(engine) = self.engine() else { return };
         let names = {
@@ -507,7 +516,13 @@ impl Sync {
             let targets = self.targets.borrow();
             names
                 .into_iter()
-                .filter(|n| !shown.contains(n) && !targets.values().any(|t| t.docs.contains(n)))
+                .filter(|n| {
+                    !shown.contains(n)
+                        && !targets.values().any(|t| {
+                            t.docs.contains(n)
+                                || (t.limbo.is_none() && in_source(&t.query.source, n))
+                        })
+                })
                 .collect::<Vec<_>>()
         };
         if names.is_empty() {
