@@ -10,14 +10,8 @@ import { runSeed, report } from '../model/runner.mjs';
 
 const SEEDS = [1, 2, 3];
 const OPS = 120;
-// Issue 10 is not resolved: some seeds still find divergences (after a reload a limited
-// listener can show part of a batch's group; seed 4 at 120 ops kept a deleted document in one
-// client's cache). The runs report them here (node:test's todo) without failing CI until
-// they are fixed; remove this when `bash scripts/model-sync --seeds 1-50 --ops 300` passes.
-const KNOWN = 'known divergences of issue 10 (a group shown in part after a reload; a deleted document kept)';
-
 for (const seed of SEEDS) {
-  test(`model-based sync: seed ${seed}, ${OPS} ops, 3 clients`, { timeout: 240000, todo: KNOWN }, async (t) => {
+  test(`model-based sync: seed ${seed}, ${OPS} ops, 3 clients`, { timeout: 240000 }, async (t) => {
     const r = await runSeed({ seed, ops: OPS, clients: 3, print: (l) => t.diagnostic(l) });
     t.diagnostic(`seed ${seed}: ${(r.ms / 1000).toFixed(1)} s`);
     for (const n of r.notes) t.diagnostic(n);
