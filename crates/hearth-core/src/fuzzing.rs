@@ -16,10 +16,10 @@ use crate::encoding::document::{
     encoded_size,
 };
 use crate::encoding::key::{self, Direction};
+use crate::index::config::{parse_index_file, IndexFile};
 use crate::index::def::IndexCatalog;
 use crate::index::keys::{decode_document_key, document_key};
 use crate::kv::{block_on_ready, KeyRange, KvError, KvRead, MemStore, Row, Table};
-use crate::index::config::{parse_index_file, IndexFile};
 use crate::path::{CollectionPath, DocumentName, FieldPath};
 use crate::protocol::codec::{
     decode_client, decode_mutation, decode_query, decode_server, encode_client, encode_mutation,
@@ -49,13 +49,19 @@ pub fn protocol(data: &[u8]) {
     let _ = peek_hello_version(data);
     if let Ok(m) = decode_client(data) {
         let bytes = encode_client(&m);
-        assert_eq!(bytes, data, "an accepted client frame re-encodes identically");
+        assert_eq!(
+            bytes, data,
+            "an accepted client frame re-encodes identically"
+        );
         assert_eq!(decode_client(&bytes).as_ref(), Ok(&m), "client round trip");
     }
     if let Ok(m) = decode_server(data) {
         let bytes = encode_server(&m);
         if !matches!(m, ServerMessage::Welcome { .. }) {
-            assert_eq!(bytes, data, "an accepted server frame re-encodes identically");
+            assert_eq!(
+                bytes, data,
+                "an accepted server frame re-encodes identically"
+            );
         }
         assert_eq!(decode_server(&bytes).as_ref(), Ok(&m), "server round trip");
     }
@@ -78,19 +84,35 @@ pub fn document(data: &[u8]) {
     if let Ok(doc) = decode_document(data) {
         let bytes = encode_document(&doc).expect("a decoded document encodes");
         assert_eq!(bytes, data, "an accepted document re-encodes identically");
-        assert_eq!(decode_document(&bytes).as_ref(), Ok(&doc), "document round trip");
+        assert_eq!(
+            decode_document(&bytes).as_ref(),
+            Ok(&doc),
+            "document round trip"
+        );
     }
     if let Ok((v, used)) = decode_value(data) {
         let mut bytes = Vec::new();
         encode_value(&v, &mut bytes);
-        assert_eq!(bytes, &data[..used], "an accepted value re-encodes identically");
+        assert_eq!(
+            bytes,
+            &data[..used],
+            "an accepted value re-encodes identically"
+        );
         assert_eq!(decode_value(&bytes), Ok((v, used)), "value round trip");
     }
     if let Ok((fields, used)) = decode_fields(data) {
         let mut bytes = Vec::new();
         encode_fields(&fields, &mut bytes);
-        assert_eq!(bytes, &data[..used], "accepted fields re-encode identically");
-        assert_eq!(encoded_size(&fields), used, "encoded_size agrees with the encoder");
+        assert_eq!(
+            bytes,
+            &data[..used],
+            "accepted fields re-encode identically"
+        );
+        assert_eq!(
+            encoded_size(&fields),
+            used,
+            "encoded_size agrees with the encoder"
+        );
     }
     for dir in [Direction::Ascending, Direction::Descending] {
         let _ = key::decode_value(data, dir);
@@ -98,7 +120,11 @@ pub fn document(data: &[u8]) {
     let _ = key::split_kinds(data);
     if let Ok(name) = decode_document_key(data) {
         let bytes = document_key(&name);
-        assert_eq!(decode_document_key(&bytes), Ok(name), "document key round trip");
+        assert_eq!(
+            decode_document_key(&bytes),
+            Ok(name),
+            "document key round trip"
+        );
     }
 }
 
@@ -275,7 +301,10 @@ fn fuzz_documents() -> Vec<Document> {
                 ("blob", Value::Bytes(vec![0, 1, 255])),
             ],
         ),
-        ("rooms/r4", vec![("n", Value::Integer(7)), ("s", "z".into())]),
+        (
+            "rooms/r4",
+            vec![("n", Value::Integer(7)), ("s", "z".into())],
+        ),
         (
             "rooms/r5",
             vec![
@@ -439,11 +468,22 @@ fn seed_queries() -> Vec<Query> {
     let list = |v: Vec<Value>| Value::Array(v);
     vec![
         rooms(),
-        rooms().where_("s", Op::Equal, "a").order_by("n", Descending).limit(2),
-        rooms().where_("n", Op::GreaterThan, 0i64).order_by("n", Ascending),
-        rooms().where_("tags", Op::ArrayContains, "x").order_by("n", Ascending),
         rooms()
-            .where_("tags", Op::ArrayContainsAny, list(vec!["x".into(), Value::Integer(2)]))
+            .where_("s", Op::Equal, "a")
+            .order_by("n", Descending)
+            .limit(2),
+        rooms()
+            .where_("n", Op::GreaterThan, 0i64)
+            .order_by("n", Ascending),
+        rooms()
+            .where_("tags", Op::ArrayContains, "x")
+            .order_by("n", Ascending),
+        rooms()
+            .where_(
+                "tags",
+                Op::ArrayContainsAny,
+                list(vec!["x".into(), Value::Integer(2)]),
+            )
             .limit(3),
         rooms()
             .where_("s", Op::In, list(vec!["a".into(), "b".into()]))
@@ -466,7 +506,9 @@ fn seed_queries() -> Vec<Query> {
         rooms().where_("__name__", Op::Equal, Value::String("r2".into())),
         rooms().where_("m.x", Op::LessThanOrEqual, 1i64),
         rooms().where_("blob", Op::Equal, Value::Bytes(vec![0, 1, 255])),
-        Query::collection_group("msgs").order_by("n", Ascending).start_after(vec![Value::Integer(2)]),
+        Query::collection_group("msgs")
+            .order_by("n", Ascending)
+            .start_after(vec![Value::Integer(2)]),
         Query::collection_group("msgs").where_("n", Op::GreaterThanOrEqual, 2i64),
         Query::collection(CollectionPath::parse("rooms/r1/msgs").expect("a valid path"))
             .where_("s", Op::LessThan, "z")
@@ -535,7 +577,10 @@ fn seed_messages(docs: &[Document], queries: &[Query], indexes: IndexFile) -> Se
         ServerMessage::GetResult {
             request_id: 1,
             version: 40,
-            documents: vec![(docs[0].name.clone(), Some(docs[0].clone())), (name("a/b"), None)],
+            documents: vec![
+                (docs[0].name.clone(), Some(docs[0].clone())),
+                (name("a/b"), None),
+            ],
         },
         ServerMessage::QueryResult {
             request_id: 2,
