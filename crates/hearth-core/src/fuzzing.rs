@@ -29,18 +29,18 @@ use crate::protocol::{ClientMessage, ServerMessage};
 use crate::query::execute::{run_aggregation, run_query};
 use crate::query::matcher::Matcher;
 use crate::query::model::{Aggregation, Query};
+use crate::query::plan::MAX_BRANCHES;
 use crate::query::validate::{check_listenable, validate};
 use crate::value::{GeoPoint, Map, Timestamp, Value};
 
-/// Most rows (index entries and documents, scanned or read by key) one query may read from
-/// the fuzz store. The store holds [`store_rows`] rows; a query reads each at most once per
-/// branch and per seek, and expands to at most `MAX_BRANCHES` (900) branches, so a correct
-/// executor stays far below this. Past it the executor is looping, not working.
-pub const MAX_ROWS_PER_QUERY: u64 = 2_000_000;
-
-/// Most store requests (scans and gets) one query may make: the same reasoning as
-/// [`MAX_ROWS_PER_QUERY`].
-pub const MAX_REQUESTS_PER_QUERY: u64 = 200_000;
+/// Most rows (index entries and documents, scanned or fetched by key) and most store
+/// requests one query may spend on the fuzz store: every row twice (scanned, then its
+/// document fetched) for each of the at most [`MAX_BRANCHES`] branches a query expands to,
+/// plus one. A correct executor stays far below it (the corpus's worst query reads about
+/// as many rows as the store holds); past it, the executor is looping, not working.
+pub fn work_budget() -> u64 {
+    2 * (MAX_BRANCHES as u64 + 1) * store_rows() as u64
+}
 
 /// The protocol decoders: both message directions, and the query and mutation encodings
 /// the messages embed. Whatever decodes must re-encode to the same bytes (the index JSON of
@@ -147,7 +147,7 @@ pub fn index_file(data: &[u8]) {
 
 /// The query engine: a query read from the protocol's query encoding is validated, planned
 /// and run (and aggregated) over a small store, which must not panic, must stay within
-/// [`MAX_ROWS_PER_QUERY`] and [`MAX_REQUESTS_PER_QUERY`], and must return documents that
+/// [`work_budget`] rows and requests, and must return documents that
 /// match the query, in its order, within its limit.
 pub fn query(data: &[u8]) {
     let Ok(q) = decode_query(data) else {
@@ -365,9 +365,14 @@ fn fuzz_documents() -> Vec<Document> {
 /// A store that counts what the executor reads and refuses to serve past the budget (so a
 /// runaway plan ends), while [`Counted::check`] turns the overrun into a finding.
 struct Counted<'a> {
+    /// The fuzz store, shared by every run.
     inner: &'a MemStore,
+    /// Rows returned so far (scanned, or found by key; an absent key counts as one).
     rows: Cell<u64>,
+    /// Scans and gets so far.
     requests: Cell<u64>,
+    /// [`work_budget`], for both counts.
+    budget: u64,
 }
 
 impl<'a> Counted<'a> {
@@ -376,21 +381,26 @@ impl<'a> Counted<'a> {
             inner,
             rows: Cell::new(0),
             requests: Cell::new(0),
+            budget: work_budget(),
         }
     }
 
     fn charge(&self, rows: usize) -> Result<(), KvError> {
         self.rows.set(self.rows.get() + rows as u64);
         self.requests.set(self.requests.get() + 1);
-        if self.rows.get() > MAX_ROWS_PER_QUERY || self.requests.get() > MAX_REQUESTS_PER_QUERY {
+        if self.over_budget() {
             return Err(KvError("fuzz budget exhausted".into()));
         }
         Ok(())
     }
 
+    fn over_budget(&self) -> bool {
+        self.rows.get() > self.budget || self.requests.get() > self.budget
+    }
+
     fn check(&self, what: &str) {
         assert!(
-            self.rows.get() <= MAX_ROWS_PER_QUERY && self.requests.get() <= MAX_REQUESTS_PER_QUERY,
+            !self.over_budget(),
             "{what} read {} rows in {} requests, over the budget",
             self.rows.get(),
             self.requests.get()
