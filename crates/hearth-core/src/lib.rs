@@ -12,6 +12,8 @@ pub mod autoid;
 pub mod document;
 pub mod encoding;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod kv;
 pub mod mutation;
