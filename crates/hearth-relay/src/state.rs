@@ -161,17 +161,7 @@ impl Relay {
         db: &Database,
         q: &Query,
     ) -> Result<(Vec<Document>, u64), QueryError> {
-        let snap = self
-            .store
-            .snapshot()
-            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
-        let view = snap.database(db.name());
-        let version = view
-            .version()
-            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
-        let catalog = db.catalog().clone();
-        let docs = block_on_ready(run_query_within(&view, &catalog, q, MAX_QUERY_RESULT_BYTES))?;
-        Ok((docs, version))
+        self.query_at_latest(db, q, Some(MAX_QUERY_RESULT_BYTES))
     }
 
     /// Runs a query on the latest committed state: (documents, version).
@@ -180,16 +170,25 @@ impl Relay {
         db: &Database,
         q: &Query,
     ) -> Result<(Vec<Document>, u64), QueryError> {
-        let snap = self
-            .store
-            .snapshot()
-            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
+        self.query_at_latest(db, q, None)
+    }
+
+    /// Runs `q` on the latest committed state, its result bounded to `max_bytes` if given.
+    fn query_at_latest(
+        &self,
+        db: &Database,
+        q: &Query,
+        max_bytes: Option<usize>,
+    ) -> Result<(Vec<Document>, u64), QueryError> {
+        let storage = |e: StoreError| QueryError::Storage(hearth_core::kv::KvError(e.to_string()));
+        let snap = self.store.snapshot().map_err(storage)?;
         let view = snap.database(db.name());
-        let version = view
-            .version()
-            .map_err(|e| QueryError::Storage(hearth_core::kv::KvError(e.to_string())))?;
+        let version = view.version().map_err(storage)?;
         let catalog = db.catalog().clone();
-        let docs = block_on_ready(run_query(&view, &catalog, q))?;
+        let docs = match max_bytes {
+            Some(max) => block_on_ready(run_query_within(&view, &catalog, q, max))?,
+            None => block_on_ready(run_query(&view, &catalog, q))?,
+        };
         Ok((docs, version))
     }
 }

@@ -209,6 +209,16 @@ impl Engine {
         target.is_some() && !had_results && !self.offline.get()
     }
 
+    /// [`Engine::holds_first`] for a document listener whose document `exists` or not.
+    fn holds_first_document(
+        &self,
+        (target, had_results): (Option<u32>, bool),
+        exists: bool,
+        from_cache: bool,
+    ) -> bool {
+        !exists && from_cache && self.holds_first(target, had_results)
+    }
+
     /// Replaces a query listener's result with `docs` (its first result, or a refill) and
     /// queues the snapshot.
     fn reset_query_listener(&self, id: u64, docs: Vec<Document>) {
@@ -400,9 +410,11 @@ impl Engine {
                             let meta_changed = l.last_meta != Some(meta);
                             let held = l.last_meta.is_none();
                             if held
-                                && doc.is_none()
-                                && from_cache
-                                && self.holds_first(l.target, l.had_results)
+                                && self.holds_first_document(
+                                    (l.target, l.had_results),
+                                    doc.is_some(),
+                                    from_cache,
+                                )
                             {
                                 continue;
                             }
@@ -554,9 +566,11 @@ impl Engine {
                         let meta = (from_cache, pending);
                         let held = l.last_meta.is_none();
                         if held
-                            && doc.is_none()
-                            && from_cache
-                            && self.holds_first(l.target, l.had_results)
+                            && self.holds_first_document(
+                                (l.target, l.had_results),
+                                doc.is_some(),
+                                from_cache,
+                            )
                         {
                             continue;
                         }
