@@ -26,6 +26,9 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     /// Most concurrent connections.
     pub max_connections: usize,
+    /// Most listens (targets) one connection may have at once; more are refused with
+    /// `resource-exhausted`.
+    pub max_listens_per_connection: usize,
     /// A directory served over plain HTTP at `/` (the demo app and the built package).
     pub static_dir: Option<PathBuf>,
     /// The only databases served (created at start when missing); `None`: any valid name,
@@ -47,6 +50,7 @@ impl Config {
             max_inflight_writes: 10_000,
             max_outbound_bytes: 32 << 20,
             max_connections: 19_000,
+            max_listens_per_connection: 1_000,
             static_dir: None,
             databases: None,
             max_databases: 1000,

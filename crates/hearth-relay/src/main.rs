@@ -78,6 +78,13 @@ struct ServeArgs {
     /// Most concurrent WebSocket connections.
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS", default_value_t = 19_000)]
     max_connections: usize,
+    /// Most listens one connection may have at once (further ones: resource-exhausted).
+    #[arg(
+        long,
+        env = "HEARTH_MAX_LISTENS_PER_CONNECTION",
+        default_value_t = 1_000
+    )]
+    max_listens_per_connection: usize,
     /// The databases this relay serves, comma-separated (created at start when missing); a
     /// client naming another is refused with `not-found`. Without it, a client's first
     /// connection to a new (valid) name creates that database.
@@ -164,6 +171,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_inflight_writes = args.max_inflight_writes.max(1);
     config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
     config.max_connections = args.max_connections.max(1);
+    config.max_listens_per_connection = args.max_listens_per_connection.max(1);
     config.static_dir = args.static_dir.clone();
     if let Some(names) = &args.databases {
         let names: Vec<String> = names

@@ -299,6 +299,17 @@ impl Connection {
         resume: Option<u64>,
         accept_ahead: bool,
     ) -> Result<Listened, QueryError> {
+        let limit = self.relay.config().max_listens_per_connection;
+        let held = self
+            .out
+            .targets()
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if held >= limit {
+            return Err(QueryError::ResourceExhausted(format!(
+                "this connection has {held} listens, the relay's limit \
+                 (--max-listens-per-connection {limit}): stop one before starting another"
+            )));
+        }
         let q = validate(query)?;
         hearth_core::query::validate::check_listenable(&q)?;
         let source = q.source.clone();

@@ -225,3 +225,65 @@ async fn a_result_over_one_reply_is_refused_while_it_is_read() {
     eprintln!("hostile: a 17 MiB query was refused in {big_refused_in:?}");
     scene.finish("large result").await;
 }
+
+/// A listen storm on one connection stops at the relay's per-connection limit: the listen
+/// over it is refused with `resource-exhausted` naming the flag, the connection's other
+/// listens and other connections go on, and a listen stopped makes room for a new one.
+#[tokio::test]
+async fn listens_per_connection_are_limited() {
+    let relay = Relay::fresh(&["--max-listens-per-connection", "5"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let calm = tokio::spawn(bystander(relay.client("calm").await, stop.clone()));
+    let storm = relay.client("storm").await;
+    let query = |i: i64| Query::collection(coll("s")).where_("n", Op::Equal, int(i));
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let mut l = within(storm.listen(&query(i), None)).await.unwrap();
+        within(l.next())
+            .await
+            .expect("a listen under the limit is served");
+        held.push(l);
+    }
+    let mut over = within(storm.listen(&query(5), None)).await.unwrap();
+    let refused = within(over.next())
+        .await
+        .expect_err("the sixth listen is refused");
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::ResourceExhausted),
+        "{refused}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("--max-listens-per-connection 5"),
+        "{refused}"
+    );
+    // The held listens still see writes.
+    let v = within(storm.write(vec![Mutation::set(name("s/a"), map([("n", int(0))]))]))
+        .await
+        .unwrap();
+    let snap = within(held[0].next()).await.unwrap();
+    assert!(snap.version >= v && snap.documents.len() == 1);
+    // One stopped: a new one fits.
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..50 {
+        let mut l = within(storm.listen(&query(6), None)).await.unwrap();
+        match within(l.next()).await {
+            Ok(_) => {
+                again = Some(l);
+                break;
+            }
+            // The Unlisten may not have reached the relay yet.
+            Err(e) if e.code() == Some(ErrorCode::ResourceExhausted) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(again.is_some(), "a listen fits again once one stopped");
+    stop.store(true, Ordering::Relaxed);
+    let latencies = within(calm).await.unwrap();
+    eprintln!("bystander during the listen storm: {}", summary(latencies));
+}
