@@ -71,7 +71,12 @@ impl Connection {
             }
             ClientMessage::Auth { token } => match self.relay.auth().verify(&token, now_unix()) {
                 Ok(a) => self.auth = a,
-                Err(e) => self.send(&error(0, 0, ErrorCode::Unauthenticated, e.to_string())),
+                Err(e) => {
+                    // A refused token ends the connection (protocol §2.2): the old identity
+                    // does not stay in force behind it.
+                    self.send(&error(0, 0, ErrorCode::Unauthenticated, e.to_string()));
+                    return false;
+                }
             },
             ClientMessage::Ping { nonce } => {
                 let version = self.db.fanout().published();

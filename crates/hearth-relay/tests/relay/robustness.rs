@@ -514,6 +514,21 @@ async fn tokens_are_verified() {
     within(c.get_one(&name("a/b")))
         .await
         .expect("a refreshed token");
+
+    // A refused token ends the connection (protocol §2.2): the identity before it does not
+    // stay in force.
+    let mut l = within(c.listen(&Query::collection(coll("a")), None))
+        .await
+        .unwrap();
+    within(l.next()).await.unwrap();
+    c.refresh_token(&mint_hs256(b"wrong", "mallory", now_unix() + 600))
+        .unwrap();
+    within(l.next())
+        .await
+        .expect_err("the connection ends with the refused token");
+    within(c.get_one(&name("a/b")))
+        .await
+        .expect_err("nothing is served after a refused token");
 }
 
 #[tokio::test]
