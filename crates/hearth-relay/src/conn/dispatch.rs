@@ -34,6 +34,22 @@ fn in_source(source: &Source, name: &DocumentName) -> bool {
 }
 
 impl Connection {
+    /// The token expired: every listen of the connection ends with `unauthenticated`.
+    pub(super) fn end_listens_on_expiry(&mut self) {
+        let exp = self.auth.expires_at.unwrap_or(0);
+        for target_id in self.db.fanout().end_listens(self.id) {
+            self.relay.metrics().listen_stopped(self.db.name());
+            self.send(&error(
+                0,
+                target_id,
+                ErrorCode::Unauthenticated,
+                format!("auth token expired at {exp} (unix seconds): listen again after refreshing it with an Auth message"),
+            ));
+        }
+        // The timer waits for the expiry of a token an `Auth` brings next.
+        self.expiry_handled = self.auth.expires_at;
+    }
+
     /// Handles one frame; false ends the connection.
     pub(super) async fn handle(&mut self, frame: &[u8]) -> bool {
         let msg = match decode_client(frame) {

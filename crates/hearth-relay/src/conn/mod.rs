@@ -54,6 +54,17 @@ fn error(
     }
 }
 
+/// Sleeps until unix second `exp` (at once if it passed); forever without one.
+async fn until_expiry(exp: Option<u64>) {
+    match exp {
+        Some(exp) => {
+            let wait = exp.saturating_sub(now_unix());
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// The client's WebSocket: its reader over the socket's read half.
 type ClientStream = WebSocketStream<WsIo>;
 
@@ -70,6 +81,8 @@ struct Connection {
     /// Who the client's token says it is; replaced by an `Auth` message, and checked for
     /// expiry before every request.
     auth: AuthContext,
+    /// The expiry whose passing already ended the connection's listens.
+    expiry_handled: Option<u64>,
     /// The connection's write side, shared with the fan-out and the flusher.
     out: Outbound,
     /// In-flight write acknowledgements, awaited before the socket closes on shutdown.
@@ -203,6 +216,7 @@ impl Connection {
             db: db.clone(),
             client_id,
             auth,
+            expiry_handled: None,
             out: out.clone(),
             writes: tokio::task::JoinSet::new(),
         };
@@ -250,6 +264,12 @@ impl Connection {
                     }
                 }
                 _ = stop.changed() => break,
+                // The token expired without a fresh one: the connection's listens end with
+                // `unauthenticated` (requests are refused until an `Auth` replaces it).
+                _ = until_expiry(conn.auth.expires_at),
+                    if conn.auth.expires_at.is_some() && conn.auth.expires_at != conn.expiry_handled => {
+                    conn.end_listens_on_expiry();
+                }
             }
             if out.is_overflowed() {
                 break;

@@ -480,8 +480,8 @@ impl Fanout {
             .unlisten(conn, target_id)
     }
 
-    /// Removes every target of a connection; returns how many there were. O(its targets).
-    pub fn drop_connection(&self, conn: u64) -> usize {
+    /// Removes every target of a connection and returns their ids (the connection stays).
+    pub fn end_listens(&self, conn: u64) -> Vec<u32> {
         let mut guard = self.inner.lock().expect("fanout lock");
         let inner = &mut *guard;
         let targets = inner.by_conn.remove(&conn).unwrap_or_default();
@@ -491,7 +491,12 @@ impl Fanout {
         if !inner.pending.is_empty() {
             inner.pending.retain(|(o, _, _)| o.conn() != conn);
         }
-        targets.len()
+        targets
+    }
+
+    /// Removes every target of a connection; returns how many there were. O(its targets).
+    pub fn drop_connection(&self, conn: u64) -> usize {
+        self.end_listens(conn).len()
     }
 
     /// Applies committed versions (ascending, all of this database) to every view and

@@ -504,7 +504,16 @@ async fn tokens_are_verified() {
         .await
         .unwrap();
     within(c.get_one(&name("a/b"))).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let mut watching = within(c.listen(&Query::collection(coll("a")), None))
+        .await
+        .unwrap();
+    within(watching.next()).await.unwrap();
+    // Its listens end with unauthenticated when it expires, without a request to notice.
+    let ended = within(watching.next())
+        .await
+        .expect_err("the listen ends at the token's expiry");
+    assert_eq!(ended.code(), Some(ErrorCode::Unauthenticated), "{ended}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let err = within(c.get_one(&name("a/b")))
         .await
         .expect_err("expired meanwhile");
