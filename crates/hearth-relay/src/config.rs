@@ -29,6 +29,8 @@ pub struct Config {
     /// Most listens (targets) one connection may have at once; more are refused with
     /// `resource-exhausted`.
     pub max_listens_per_connection: usize,
+    /// The bearer token `/metrics` requires; `None`: it is served to loopback peers only.
+    pub metrics_token: Option<String>,
     /// A directory served over plain HTTP at `/` (the demo app and the built package).
     pub static_dir: Option<PathBuf>,
     /// The only databases served (created at start when missing); `None`: any valid name,
@@ -51,6 +53,7 @@ impl Config {
             max_outbound_bytes: 32 << 20,
             max_connections: 19_000,
             max_listens_per_connection: 1_000,
+            metrics_token: None,
             static_dir: None,
             databases: None,
             max_databases: 1000,

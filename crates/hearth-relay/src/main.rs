@@ -85,6 +85,10 @@ struct ServeArgs {
         default_value_t = 1_000
     )]
     max_listens_per_connection: usize,
+    /// The bearer token `/metrics` requires (`Authorization: Bearer ...`); without one,
+    /// `/metrics` is served to loopback peers only.
+    #[arg(long, env = "HEARTH_METRICS_TOKEN")]
+    metrics_token: Option<String>,
     /// The databases this relay serves, comma-separated (created at start when missing); a
     /// client naming another is refused with `not-found`. Without it, a client's first
     /// connection to a new (valid) name creates that database.
@@ -172,6 +176,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
     config.max_connections = args.max_connections.max(1);
     config.max_listens_per_connection = args.max_listens_per_connection.max(1);
+    config.metrics_token = args.metrics_token.clone().filter(|t| !t.is_empty());
     config.static_dir = args.static_dir.clone();
     if let Some(names) = &args.databases {
         let names: Vec<String> = names

@@ -90,7 +90,37 @@ async fn healthz(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+/// `/metrics` names every database and its load: with `--metrics-token` it needs that
+/// bearer token; without one it is served to loopback peers only.
+async fn metrics(
+    State(s): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    match &s.relay.config().metrics_token {
+        Some(token) => {
+            let given = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            if !given.is_some_and(|g| same_secret(g.as_bytes(), token.as_bytes())) {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [("www-authenticate", "Bearer")],
+                    "/metrics needs the bearer token set with --metrics-token\n",
+                )
+                    .into_response();
+            }
+        }
+        None if !peer.ip().is_loopback() => {
+            return (
+                StatusCode::FORBIDDEN,
+                "/metrics is served to loopback only; set --metrics-token to serve it to others\n",
+            )
+                .into_response();
+        }
+        None => {}
+    }
     (
         [("content-type", "text/plain; version=0.0.4")],
         s.relay.metrics().render(),
@@ -176,4 +206,9 @@ async fn upgrade(
         .header(header::SEC_WEBSOCKET_ACCEPT, accept)
         .body(axum::body::Body::empty())
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Whether two secrets are equal, in time independent of where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

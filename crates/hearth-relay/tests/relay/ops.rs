@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use hearth_client::ClientError;
 use hearth_core::mutation::Mutation;
 use hearth_core::path::DocumentName;
@@ -203,4 +205,38 @@ async fn sigterm_closes_a_connection_whose_client_stopped_reading() {
         started.elapsed()
     );
     drop(stalled);
+}
+
+/// `/metrics` names every database: with `--metrics-token` it is served only with that bearer
+/// token (without one, to loopback peers only, which every other test here is).
+#[tokio::test]
+async fn metrics_can_require_a_bearer_token() {
+    let relay = Relay::fresh(&["--metrics-token", "t0k3n"]);
+    let get = |auth: Option<&'static str>| async move {
+        let mut stream = within(tokio::net::TcpStream::connect(relay.addr))
+            .await
+            .unwrap();
+        let header = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+        let req = format!(
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\n{header}Connection: close\r\n\r\n",
+            relay.addr
+        );
+        within(stream.write_all(req.as_bytes())).await.unwrap();
+        let mut buf = Vec::new();
+        within(stream.read_to_end(&mut buf)).await.unwrap();
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Basic t0k3n"),
+        Some("Bearer t0k3n0"),
+    ] {
+        let r = get(auth).await;
+        assert!(r.starts_with("HTTP/1.1 401"), "{auth:?}: {r}");
+        assert!(!r.contains("hearth_"), "{auth:?} leaks metrics: {r}");
+    }
+    let r = get(Some("Bearer t0k3n")).await;
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.contains("hearth_"), "{r}");
 }
