@@ -209,14 +209,16 @@ impl Engine {
         target.is_some() && !had_results && !self.offline.get()
     }
 
-    /// [`Engine::holds_first`] for a document listener whose document `exists` or not.
+    /// Whether a document listener's first snapshot, not raised yet, is held back
+    /// ([`Engine::holds_first`]): its document does not `exist` in the cache, which is all
+    /// it has.
     fn holds_first_document(
         &self,
-        (target, had_results): (Option<u32>, bool),
+        (last_meta, target, had_results): (Option<(bool, bool)>, Option<u32>, bool),
         exists: bool,
         from_cache: bool,
     ) -> bool {
-        !exists && from_cache && self.holds_first(target, had_results)
+        last_meta.is_none() && !exists && from_cache && self.holds_first(target, had_results)
     }
 
     /// Replaces a query listener's result with `docs` (its first result, or a refill) and
@@ -409,13 +411,11 @@ impl Engine {
                                 != doc.as_ref().map(|d| &d.fields);
                             let meta_changed = l.last_meta != Some(meta);
                             let held = l.last_meta.is_none();
-                            if held
-                                && self.holds_first_document(
-                                    (l.target, l.had_results),
-                                    doc.is_some(),
-                                    from_cache,
-                                )
-                            {
+                            if self.holds_first_document(
+                                (l.last_meta, l.target, l.had_results),
+                                doc.is_some(),
+                                from_cache,
+                            ) {
                                 continue;
                             }
                             *current = doc.clone();
@@ -565,13 +565,11 @@ impl Engine {
                         let pending = pending_names.contains(name);
                         let meta = (from_cache, pending);
                         let held = l.last_meta.is_none();
-                        if held
-                            && self.holds_first_document(
-                                (l.target, l.had_results),
-                                doc.is_some(),
-                                from_cache,
-                            )
-                        {
+                        if self.holds_first_document(
+                            (l.last_meta, l.target, l.had_results),
+                            doc.is_some(),
+                            from_cache,
+                        ) {
                             continue;
                         }
                         if l.last_meta != Some(meta) {

@@ -60,12 +60,7 @@ pub(super) fn apply_set(base: Option<&Map>, data: &Map, merge: &SetMerge, m: &Mu
             }
         }
     } else {
-        let mut sentinels: Vec<&FieldPath> = m
-            .field_deletes_in_merge
-            .iter()
-            .chain(m.transforms.iter().map(|(p, _)| p))
-            .collect();
-        sentinels.sort();
+        let sentinels = m.merge_sentinels();
         merge_leaves(&mut out, data, &mut Vec::new(), &sentinels);
     }
     for path in &m.field_deletes_in_merge {

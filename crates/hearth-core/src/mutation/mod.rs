@@ -125,6 +125,18 @@ pub struct ApplyContext {
 }
 
 impl Mutation {
+    /// The paths of a merge's field deletes and transforms, sorted: what `merge_fields`
+    /// paths and empty maps are checked against by binary search.
+    pub(crate) fn merge_sentinels(&self) -> Vec<&FieldPath> {
+        let mut sentinels: Vec<&FieldPath> = self
+            .field_deletes_in_merge
+            .iter()
+            .chain(self.transforms.iter().map(|(p, _)| p))
+            .collect();
+        sentinels.sort();
+        sentinels
+    }
+
     fn of(name: DocumentName, kind: MutationKind) -> Mutation {
         Mutation {
             name,

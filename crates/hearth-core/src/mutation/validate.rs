@@ -131,12 +131,7 @@ fn check_set(m: &Mutation, data: &Map, merge: &SetMerge) -> Result<(), String> {
     let SetMerge::MergeFields(listed) = merge else {
         return Ok(());
     };
-    let mut sentinels: Vec<&FieldPath> = m
-        .field_deletes_in_merge
-        .iter()
-        .chain(m.transforms.iter().map(|(p, _)| p))
-        .collect();
-    sentinels.sort();
+    let sentinels = m.merge_sentinels();
     for path in listed {
         let present = crate::document::get_path(data, path.segments()).is_some()
             || has_extension(&sentinels, path);
