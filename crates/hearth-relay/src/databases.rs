@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use crate::commit::{register_database, Committer};
 use crate::config::Config;
 use crate::fanout::Fanout;
-use crate::indexes::backfill_changed;
+use crate::indexes::{backfill_changed, BACKFILL_CHUNK};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use hearth_core::index::def::IndexCatalog;
@@ -27,6 +27,9 @@ pub struct Database {
     /// `--auto-index` creation), and only once the committer maintains the new index and
     /// its entries are backfilled, so a plan never reads an index that is incomplete.
     catalog: RwLock<IndexCatalog>,
+    /// Held for the whole of an index creation: one at a time per database, each starting
+    /// from the catalog the previous one left.
+    building: tokio::sync::Mutex<()>,
 }
 
 impl Database {
@@ -36,6 +39,7 @@ impl Database {
             name,
             fanout: Fanout::new(version),
             catalog: RwLock::new(catalog),
+            building: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -55,13 +59,16 @@ impl Database {
         self.catalog.read().expect("catalog lock")
     }
 
-    /// Replaces the catalog with `new`, which holds a newly backfilled index, unless a
-    /// concurrent creation already installed one with as many composites.
-    pub(crate) fn extend_catalog(&self, new: IndexCatalog) {
-        let mut cat = self.catalog.write().expect("catalog lock");
-        if cat.composites().len() < new.composites().len() {
-            *cat = new;
-        }
+    /// Replaces the catalog with `new`, a superset of it whose added index is maintained
+    /// by the committer and completely backfilled. Called by the index build holding
+    /// [`Database::building`].
+    pub(crate) fn set_catalog(&self, new: IndexCatalog) {
+        *self.catalog.write().expect("catalog lock") = new;
+    }
+
+    /// Serializes index creations on this database: held for the whole of one.
+    pub(crate) async fn index_build(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.building.lock().await
     }
 }
 
@@ -111,6 +118,7 @@ impl Databases {
         };
         let base = IndexCatalog::from_file(&config.indexes);
         for (name, version) in store.databases()? {
+            store.roll_back_build(&name, BACKFILL_CHUNK)?;
             backfill_changed(store, metrics, &name, &base)?;
             register_database(store, committer, &name, base.clone(), version)?;
             databases.lock().insert(

@@ -170,6 +170,9 @@ impl Store {
     /// Rebuilds `db`'s index entries for `new` definitions where they differ from `old`,
     /// document by document, in transactions of `chunk` documents. `progress(done, total)`
     /// is called after each chunk. The stored definitions are updated at the end.
+    ///
+    /// Rerunning it after a crash midway is harmless: entries are derived from the
+    /// documents, inserting one that exists or removing one that does not changes nothing.
     pub fn backfill(
         &self,
         db: &str,
@@ -178,65 +181,154 @@ impl Store {
         chunk: usize,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<(), StoreError> {
+        let total = self.document_count(db)?;
+        let mut done = 0u64;
+        let mut from = None;
+        loop {
+            let step = self.backfill_chunk(db, old, new, from.as_deref(), chunk)?;
+            done += step.documents as u64;
+            progress(done, total);
+            match step.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            meta.insert(
+                format!("indexes/{db}").as_str(),
+                new.file().to_json().as_bytes(),
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// How many documents database `db` holds (a scan of its documents' keys).
+    pub fn document_count(&self, db: &str) -> Result<u64, StoreError> {
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
-        let total = {
-            let txn = self.db.begin_read()?;
+        let txn = self.db.begin_read()?;
+        let docs = txn.open_table(DOCUMENTS)?;
+        Ok(docs.range(prefix.as_slice()..end.as_slice())?.count() as u64)
+    }
+
+    /// One step of a backfill from `old` to `new` definitions: the index entries of at
+    /// most `chunk` of `db`'s documents, from document key `from` (`None`: the first), in
+    /// one write transaction. Commits may run between steps as long as they maintain `new`'s
+    /// indexes: each step derives the entries from the documents as they are then.
+    pub fn backfill_chunk(
+        &self,
+        db: &str,
+        old: &IndexCatalog,
+        new: &IndexCatalog,
+        from: Option<&[u8]>,
+        chunk: usize,
+    ) -> Result<BackfillStep, StoreError> {
+        let prefix = db_prefix(db);
+        let end = prefix_end(&prefix).expect("a database prefix has an end");
+        let from = from.unwrap_or(&prefix);
+        let txn = self.db.begin_write()?;
+        let mut last = None;
+        let mut n = 0;
+        {
             let docs = txn.open_table(DOCUMENTS)?;
-            docs.range(prefix.as_slice()..end.as_slice())?.count() as u64
-        };
-        let mut done = 0u64;
-        let mut from = prefix.clone();
-        loop {
-            let txn = self.db.begin_write()?;
-            let mut last = None;
-            {
-                let docs = txn.open_table(DOCUMENTS)?;
-                let mut index = txn.open_table(INDEX)?;
-                let mut n = 0;
-                for row in docs.range(from.as_slice()..end.as_slice())? {
-                    let (k, v) = row?;
-                    let doc = decode_document(v.value()).map_err(|e| StoreError::Corrupt {
-                        db: db.to_owned(),
-                        what: e.to_string(),
-                    })?;
-                    let before = document_entries(old, &doc);
-                    let after = document_entries(new, &doc);
-                    for key in before.difference(&after) {
-                        index.remove([prefix.as_slice(), key].concat().as_slice())?;
-                    }
-                    for key in after.difference(&before) {
-                        index
-                            .insert([prefix.as_slice(), key].concat().as_slice(), [].as_slice())?;
-                    }
-                    last = Some(k.value().to_vec());
-                    n += 1;
-                    if n == chunk {
-                        break;
-                    }
+            let mut index = txn.open_table(INDEX)?;
+            for row in docs.range(from..end.as_slice())? {
+                let (k, v) = row?;
+                let doc = decode_document(v.value()).map_err(|e| StoreError::Corrupt {
+                    db: db.to_owned(),
+                    what: e.to_string(),
+                })?;
+                let before = document_entries(old, &doc);
+                let after = document_entries(new, &doc);
+                for key in before.difference(&after) {
+                    index.remove([prefix.as_slice(), key].concat().as_slice())?;
                 }
-                done += n as u64;
-            }
-            match last {
-                Some(mut k) => {
-                    txn.commit()?;
-                    progress(done, total);
-                    k.push(0);
-                    from = k;
+                for key in after.difference(&before) {
+                    index.insert([prefix.as_slice(), key].concat().as_slice(), [].as_slice())?;
                 }
-                None => {
-                    let mut meta = txn.open_table(META)?;
-                    meta.insert(
-                        format!("indexes/{db}").as_str(),
-                        new.file().to_json().as_bytes(),
-                    )?;
-                    drop(meta);
-                    txn.commit()?;
-                    progress(done, total);
-                    return Ok(());
+                last = Some(k.value().to_vec());
+                n += 1;
+                if n == chunk {
+                    break;
                 }
             }
         }
+        txn.commit()?;
+        Ok(BackfillStep {
+            documents: n,
+            // The smallest key after the last one done.
+            next: last.filter(|_| n == chunk).map(|mut k| {
+                k.push(0);
+                k
+            }),
+        })
+    }
+
+    /// The index definitions of a build of `db`'s indexes that started and has not
+    /// finished (see [`Store::begin_build`]), if any.
+    pub fn interrupted_build(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let Some(v) = meta.get(format!("building/{db}").as_str())? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(v.value()).into_owned();
+        parse_index_file(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt {
+                db: db.to_owned(),
+                what: format!("definitions of an index build: {e}"),
+            })
+    }
+
+    /// Records that `db`'s index entries are being built for `target` (a superset of the
+    /// stored definitions), before the first entry is written: after a crash, the next
+    /// start finds the record and removes what the build wrote ([`Store::roll_back_build`]).
+    pub fn begin_build(&self, db: &str, target: &IndexCatalog) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            meta.insert(
+                format!("building/{db}").as_str(),
+                target.file().to_json().as_bytes(),
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Ends a build: `db`'s entries now follow `built`, which becomes its stored index
+    /// definitions, and the build record is removed, in one transaction.
+    pub fn end_build(&self, db: &str, built: &IndexCatalog) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            meta.insert(
+                format!("indexes/{db}").as_str(),
+                built.file().to_json().as_bytes(),
+            )?;
+            meta.remove(format!("building/{db}").as_str())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Removes the entries an interrupted build of `db`'s indexes wrote (every entry of its
+    /// target's indexes that the stored definitions lack, derived from the documents), and
+    /// its record. Nothing to do without one.
+    pub fn roll_back_build(&self, db: &str, chunk: usize) -> Result<(), StoreError> {
+        let Some(target) = self.interrupted_build(db)? else {
+            return Ok(());
+        };
+        let stored = self.stored_indexes(db)?.unwrap_or_default();
+        tracing::warn!(database = %db, "an index build was interrupted: removing its entries");
+        let target = IndexCatalog::from_file(&target);
+        let stored = IndexCatalog::from_file(&stored);
+        self.backfill(db, &target, &stored, chunk, |_, _| {})?;
+        self.end_build(db, &stored)
     }
 
     /// Checks that `db`'s index table holds exactly the entries its documents produce under
@@ -249,6 +341,12 @@ impl Store {
         let index = txn.open_table(INDEX)?;
         let mut expected = std::collections::BTreeSet::new();
         let mut problems = Vec::new();
+        if meta_has(&txn, &format!("building/{db}"))? {
+            problems.push(
+                "an index build was interrupted (the relay removes its entries when it next starts)"
+                    .to_owned(),
+            );
+        }
         for row in docs.range(prefix.as_slice()..end.as_slice())? {
             let (k, v) = row?;
             match decode_document(v.value()) {
@@ -276,6 +374,20 @@ impl Store {
         }
         Ok(problems)
     }
+}
+
+/// Whether the `meta` table has `key`.
+fn meta_has(txn: &redb::ReadTransaction, key: &str) -> Result<bool, StoreError> {
+    Ok(txn.open_table(META)?.get(key)?.is_some())
+}
+
+/// What one [`Store::backfill_chunk`] did.
+#[derive(Debug)]
+pub struct BackfillStep {
+    /// Documents whose entries it wrote.
+    pub documents: usize,
+    /// Where the next step starts; `None`: the backfill is complete.
+    pub next: Option<Vec<u8>>,
 }
 
 pub(crate) fn read_u64(b: &[u8]) -> u64 {
