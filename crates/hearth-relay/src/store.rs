@@ -11,6 +11,8 @@
 //! meta        "version/<db>"                              last commit version (u64 BE) ·
 //!                                                        its commit time µs (i64 BE)
 //!             "indexes/<db>"                              index file JSON the entries follow
+//!             "building/<db>"                             index file JSON of an index build
+//!                                                        under way (`crate::indexes`)
 //! ```
 //! `db` is the database name written as an escaped, terminated key string, so one database's
 //! rows are one contiguous key range in every table. Keys after `db` are the core's
