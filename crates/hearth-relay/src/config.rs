@@ -38,6 +38,9 @@ pub struct Config {
     pub databases: Option<Vec<String>>,
     /// Most databases this relay holds when they are created on first use.
     pub max_databases: usize,
+    /// Most rows (documents and index entries) one read request may scan; past it the
+    /// request is refused with `resource-exhausted`.
+    pub max_scan_rows: u64,
 }
 
 impl Config {
@@ -57,6 +60,7 @@ impl Config {
             static_dir: None,
             databases: None,
             max_databases: 1000,
+            max_scan_rows: 10_000_000,
         }
     }
 }

@@ -98,6 +98,10 @@ struct ServeArgs {
     /// one past it is refused with `resource-exhausted`.
     #[arg(long, env = "HEARTH_MAX_DATABASES", default_value_t = 1000)]
     max_databases: usize,
+    /// Most rows (documents and index entries) one read request (query, aggregation,
+    /// listen) may scan; a request past it is refused with resource-exhausted.
+    #[arg(long, env = "HEARTH_MAX_SCAN_ROWS", default_value_t = 10_000_000)]
+    max_scan_rows: u64,
     /// Serve this directory's files over HTTP at `/` (the demo app and the npm package).
     #[arg(long, env = "HEARTH_STATIC_DIR")]
     static_dir: Option<PathBuf>,
@@ -192,6 +196,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         config.databases = Some(names);
     }
     config.max_databases = args.max_databases;
+    config.max_scan_rows = args.max_scan_rows.max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -10,13 +10,14 @@ use crate::config::Config;
 use crate::databases::{Database, DatabaseError, Databases};
 use crate::fanout_thread;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{DatabaseView, Store, StoreError};
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
 use hearth_core::protocol::MAX_FRAME_BYTES;
-use hearth_core::query::execute::{run_query, run_query_within};
-use hearth_core::query::model::Query;
+use hearth_core::query::execute::{run_aggregation, run_query, run_query_within};
+use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::query::validate::QueryError;
+use hearth_core::value::Value;
 
 /// The most a `QueryResult` frame needs besides its documents: the type byte, then the
 /// request id, version and document count as varints of at most 10 bytes each.
@@ -48,6 +49,8 @@ pub struct Relay {
     next_conn: AtomicU64,
     /// Set once the store is open and every database is backfilled.
     ready: AtomicBool,
+    /// Storage reads running at once on the blocking pool ([`Relay::blocking_read`]).
+    readers: tokio::sync::Semaphore,
     /// The committer thread, joined on stop so the process never exits mid-commit.
     committer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -61,6 +64,12 @@ pub enum RelayError {
     /// A thread could not start, or the listener failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// How many storage reads run at once: two per core, at least four (a read mostly decodes
+/// pages the operating system has cached).
+fn readers() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4))
 }
 
 impl Relay {
@@ -80,6 +89,7 @@ impl Relay {
             databases,
             next_conn: AtomicU64::new(1),
             ready: AtomicBool::new(false),
+            readers: tokio::sync::Semaphore::new(readers()),
             committer_thread: Mutex::new(None),
         });
         let (sink, rounds) = fanout_thread::channel(Arc::downgrade(&relay));
@@ -153,6 +163,35 @@ impl Relay {
             .get_or_create(name, &self.store, &self.committer, &self.config)
     }
 
+    /// Runs `read` (a storage read: its snapshot, scans and decoding) on the blocking
+    /// pool, never on a runtime worker, with at most [`Relay::readers`] reads at once,
+    /// served in arrival order. A panic in it ends only this read: `Err` with its message.
+    pub async fn blocking_read<T: Send + 'static>(
+        self: &Arc<Self>,
+        read: impl FnOnce(&Relay) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let _permit = self
+            .readers
+            .acquire()
+            .await
+            .map_err(|_| "the relay is shutting down".to_owned())?;
+        let relay = self.clone();
+        tokio::task::spawn_blocking(move || read(&relay))
+            .await
+            .map_err(|e| match e.try_into_panic() {
+                Ok(p) => {
+                    let what = p
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    tracing::error!(panic = %what, "a read panicked");
+                    format!("internal error while reading: {what}")
+                }
+                Err(_) => "the read was cancelled".to_owned(),
+            })
+    }
+
     /// Runs a one-time query on the latest committed state for a `QueryResult`: (documents,
     /// version), or `resource-exhausted` as soon as the documents read would not fit in the
     /// reply ([`MAX_QUERY_RESULT_BYTES`]), before the rest of the result is read.
@@ -173,22 +212,66 @@ impl Relay {
         self.query_at_latest(db, q, None)
     }
 
-    /// Runs `q` on the latest committed state, its result bounded to `max_bytes` if given.
+    /// Runs `q` on the latest committed state, its result bounded to `max_bytes` if given,
+    /// its scans to `--max-scan-rows`.
     fn query_at_latest(
         &self,
         db: &Database,
         q: &Query,
         max_bytes: Option<usize>,
     ) -> Result<(Vec<Document>, u64), QueryError> {
-        let storage = |e: StoreError| QueryError::Storage(hearth_core::kv::KvError(e.to_string()));
         let snap = self.store.snapshot().map_err(storage)?;
-        let view = snap.database(db.name());
+        let view = snap
+            .database(db.name())
+            .with_budget(self.config.max_scan_rows);
         let version = view.version().map_err(storage)?;
         let catalog = db.catalog().clone();
         let docs = match max_bytes {
-            Some(max) => block_on_ready(run_query_within(&view, &catalog, q, max))?,
-            None => block_on_ready(run_query(&view, &catalog, q))?,
+            Some(max) => block_on_ready(run_query_within(&view, &catalog, q, max)),
+            None => block_on_ready(run_query(&view, &catalog, q)),
         };
-        Ok((docs, version))
+        Ok((self.within_budget(&view, docs)?, version))
     }
+
+    /// Runs aggregations over `q` on the latest committed state: (values, version).
+    pub fn aggregate_latest(
+        &self,
+        db: &Database,
+        q: &Query,
+        aggs: &[Aggregation],
+    ) -> Result<(Vec<Value>, u64), QueryError> {
+        let snap = self.store.snapshot().map_err(storage)?;
+        let view = snap
+            .database(db.name())
+            .with_budget(self.config.max_scan_rows);
+        let version = view.version().map_err(storage)?;
+        let catalog = db.catalog().clone();
+        let values = block_on_ready(run_aggregation(&view, &catalog, q, aggs));
+        Ok((self.within_budget(&view, values)?, version))
+    }
+
+    /// `result`, or `resource-exhausted` when it failed for passing the scan budget.
+    fn within_budget<T>(
+        &self,
+        view: &DatabaseView,
+        result: Result<T, QueryError>,
+    ) -> Result<T, QueryError> {
+        result.map_err(|e| {
+            if view.exhausted() {
+                QueryError::ResourceExhausted(format!(
+                    "the request read more than {} index entries and documents, the relay's \
+                     limit (--max-scan-rows): narrow it with filters, a limit or an index \
+                     that serves it",
+                    self.config.max_scan_rows
+                ))
+            } else {
+                e
+            }
+        })
+    }
+}
+
+/// A store failure as a query error.
+fn storage(e: StoreError) -> QueryError {
+    QueryError::Storage(hearth_core::kv::KvError(e.to_string()))
 }

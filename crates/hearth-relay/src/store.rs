@@ -26,6 +26,7 @@
 //! Architecture invariant: documents and their index entries change only together, in one
 //! write transaction, so a crash leaves them consistent (`hearth-relay check` verifies it).
 
+use std::cell::Cell;
 use std::path::Path;
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -231,7 +232,11 @@ impl Store {
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
         let from = from.unwrap_or(&prefix);
-        let txn = self.db.begin_write()?;
+        let mut txn = self.db.begin_write()?;
+        // No fsync of its own: the next durable commit (the next round, or the build's end)
+        // makes it durable with everything before it, and a crash before that leaves a
+        // build that is rolled back from the documents anyway.
+        txn.set_durability(redb::Durability::None)?;
         let mut last = None;
         let mut n = 0;
         {
@@ -418,6 +423,8 @@ impl Snapshot {
             snap: self,
             prefix: db_prefix(db),
             name: db.to_owned(),
+            rows_left: Cell::new(u64::MAX),
+            exhausted: Cell::new(false),
         }
     }
 }
@@ -430,6 +437,10 @@ pub struct DatabaseView<'a> {
     prefix: Vec<u8>,
     /// The database's name, for its `meta` records and for errors.
     name: String,
+    /// How many more rows (documents and index entries) the view's reads may return.
+    rows_left: Cell<u64>,
+    /// Set when a read was refused for passing the budget.
+    exhausted: Cell<bool>,
 }
 
 type RowGuards<'a> = (
@@ -442,6 +453,30 @@ fn kv_err(e: impl std::fmt::Display) -> KvError {
 }
 
 impl DatabaseView<'_> {
+    /// Bounds the rows (documents and index entries) this view's reads may return, in all:
+    /// a read past it fails, and [`DatabaseView::exhausted`] says why.
+    pub fn with_budget(self, rows: u64) -> Self {
+        self.rows_left.set(rows);
+        self
+    }
+
+    /// Whether a read failed for passing the budget set with [`DatabaseView::with_budget`].
+    pub fn exhausted(&self) -> bool {
+        self.exhausted.get()
+    }
+
+    /// Takes `n` rows from the budget, or fails (for good) when fewer are left.
+    fn spend(&self, n: usize) -> Result<(), KvError> {
+        let left = self.rows_left.get();
+        if n as u64 > left {
+            self.exhausted.set(true);
+            self.rows_left.set(0);
+            return Err(KvError("the request read more rows than its budget".into()));
+        }
+        self.rows_left.set(left - n as u64);
+        Ok(())
+    }
+
     /// The database's commit version in this snapshot.
     pub fn version(&self) -> Result<u64, StoreError> {
         Ok(self
@@ -493,6 +528,7 @@ impl DatabaseView<'_> {
 
 impl KvRead for DatabaseView<'_> {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.spend(1)?;
         let full = [self.prefix.as_slice(), key].concat();
         Ok(self
             .table(table)
@@ -525,11 +561,15 @@ impl KvRead for DatabaseView<'_> {
             row.map(|(k, v)| (k.value()[p..].to_vec(), v.value().to_vec()))
                 .map_err(kv_err)
         };
-        if reverse {
-            iter.rev().take(limit).map(map).collect()
+        // One row past the budget tells a scan that passes it from one that ends there.
+        let take = (limit as u64).min(self.rows_left.get().saturating_add(1)) as usize;
+        let rows: Vec<Row> = if reverse {
+            iter.rev().take(take).map(map).collect::<Result<_, _>>()?
         } else {
-            iter.take(limit).map(map).collect()
-        }
+            iter.take(take).map(map).collect::<Result<_, _>>()?
+        };
+        self.spend(rows.len())?;
+        Ok(rows)
     }
 }
 

@@ -2,6 +2,7 @@
 //! a read (a snapshot of the store and the core's executor), a write (the committer's
 //! queue, acknowledged when durable) or a listen (the database's fan-out).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{error, now_unix, Connection};
@@ -11,18 +12,19 @@ use super::{error, now_unix, Connection};
 const BEHIND_WAIT: Duration = Duration::from_millis(2);
 const BEHIND_TRIES: u32 = 50;
 use crate::commit::{batch_digest, WriteError, WriteRequest};
+use crate::databases::Database;
 use crate::fanout::{Changed, Listened, Start};
-use crate::store::StoreError;
+use crate::outbound::Outbound;
+use crate::state::Relay;
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
 use hearth_core::mutation::Mutation;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::decode_client;
 use hearth_core::protocol::{ClientMessage, ErrorCode, ServerMessage};
-use hearth_core::query::execute::{fetch, run_aggregation};
-use hearth_core::query::model::{Aggregation, Query, Source};
+use hearth_core::query::execute::fetch;
+use hearth_core::query::model::{Query, Source};
 use hearth_core::query::validate::{validate, QueryError};
-use hearth_core::value::Value;
 
 /// Whether document `name` can belong to a query over `source` (a resume never names
 /// documents of other collections).
@@ -99,17 +101,23 @@ impl Connection {
                 self.send(&ServerMessage::Heartbeat { version, nonce });
             }
             ClientMessage::Get { request_id, names } => {
-                let reply = self.get(request_id, names);
+                let db = self.db.clone();
+                let reply = self
+                    .relay
+                    .blocking_read(move |relay| get(relay, &db, request_id, names))
+                    .await
+                    .unwrap_or_else(|e| error(request_id, 0, ErrorCode::Internal, e));
                 self.reply(request_id, &reply);
             }
             ClientMessage::RunQuery { request_id, query } => {
                 let reply = match self.query_with_auto_index(&query).await {
-                    Ok((documents, version)) => ServerMessage::QueryResult {
+                    Ok(Ok((documents, version))) => ServerMessage::QueryResult {
                         request_id,
                         version,
                         documents,
                     },
-                    Err(e) => error(request_id, 0, e.code(), e.to_string()),
+                    Ok(Err(e)) => error(request_id, 0, e.code(), e.to_string()),
+                    Err(e) => error(request_id, 0, ErrorCode::Internal, e),
                 };
                 self.reply(request_id, &reply);
             }
@@ -119,8 +127,18 @@ impl Connection {
                 aggregations,
             } => {
                 let mut attempt = 0;
+                let aggregations = std::sync::Arc::new(aggregations);
                 let reply = loop {
-                    match self.aggregate(&query, &aggregations) {
+                    let (db, q, aggs) = (self.db.clone(), query.clone(), aggregations.clone());
+                    let result = self
+                        .relay
+                        .blocking_read(move |relay| relay.aggregate_latest(&db, &q, &aggs))
+                        .await;
+                    let result = match result {
+                        Ok(r) => r,
+                        Err(e) => break error(request_id, 0, ErrorCode::Internal, e),
+                    };
+                    match result {
                         Ok((values, version)) => {
                             break ServerMessage::AggregationResult {
                                 request_id,
@@ -154,7 +172,26 @@ impl Connection {
                 let mut behind = 0;
                 loop {
                     let accept_ahead = behind >= BEHIND_TRIES;
-                    match self.listen(target_id, &query, resume_version, accept_ahead) {
+                    let start = ListenStart {
+                        db: self.db.clone(),
+                        out: self.out.clone(),
+                        target_id,
+                        query: query.clone(),
+                        resume: resume_version,
+                        accept_ahead,
+                    };
+                    let listened = self
+                        .relay
+                        .blocking_read(move |relay| start.run(relay))
+                        .await;
+                    let listened = match listened {
+                        Ok(l) => l,
+                        Err(e) => {
+                            self.send(&error(0, target_id, ErrorCode::Internal, e));
+                            break;
+                        }
+                    };
+                    match listened {
                         Ok(Listened::Started) => {
                             self.relay.metrics().listen_started(self.db.name());
                             break;
@@ -183,52 +220,30 @@ impl Connection {
         true
     }
 
-    fn get(&self, request_id: u64, names: Vec<DocumentName>) -> ServerMessage {
-        let result = (|| -> Result<ServerMessage, String> {
-            let snap = self.relay.store().snapshot().map_err(|e| e.to_string())?;
-            let view = snap.database(self.db.name());
-            let version = view.version().map_err(|e| e.to_string())?;
-            let mut documents = Vec::with_capacity(names.len());
-            for n in names {
-                let d = block_on_ready(fetch(&view, &n)).map_err(|e| e.to_string())?;
-                documents.push((n, d));
-            }
-            Ok(ServerMessage::GetResult {
-                request_id,
-                version,
-                documents,
-            })
-        })();
-        result.unwrap_or_else(|e| error(request_id, 0, ErrorCode::Unavailable, e))
-    }
-
+    /// A one-time query, creating the indexes it needs with `--auto-index`: `Err` when
+    /// the read itself failed (panicked).
     async fn query_with_auto_index(
         &self,
         query: &Query,
-    ) -> Result<(Vec<Document>, u64), QueryError> {
-        let q = validate(query)?;
+    ) -> Result<Result<(Vec<Document>, u64), QueryError>, String> {
+        let q = match validate(query) {
+            Ok(q) => q,
+            Err(e) => return Ok(Err(e)),
+        };
         // An OR query may need several indexes: create them one by one.
-        for _ in 0..8 {
-            match self.relay.query_for_reply(&self.db, &q) {
-                Err(e) if self.relay.auto_index(&self.db, &e).await => continue,
-                other => return other,
+        let mut attempt = 0;
+        loop {
+            let (db, qq) = (self.db.clone(), q.clone());
+            let result = self
+                .relay
+                .blocking_read(move |relay| relay.query_for_reply(&db, &qq))
+                .await?;
+            attempt += 1;
+            match result {
+                Err(e) if attempt < 9 && self.relay.auto_index(&self.db, &e).await => continue,
+                other => return Ok(other),
             }
         }
-        self.relay.query_for_reply(&self.db, &q)
-    }
-
-    fn aggregate(
-        &self,
-        query: &Query,
-        aggs: &[Aggregation],
-    ) -> Result<(Vec<Value>, u64), QueryError> {
-        let storage = |e: StoreError| QueryError::Storage(hearth_core::kv::KvError(e.to_string()));
-        let snap = self.relay.store().snapshot().map_err(storage)?;
-        let view = snap.database(self.db.name());
-        let version = view.version().map_err(storage)?;
-        let catalog = self.db.catalog().clone();
-        let values = block_on_ready(run_aggregation(&view, &catalog, query, aggs))?;
-        Ok((values, version))
     }
 
     fn write(
@@ -307,20 +322,50 @@ impl Connection {
         // Reap finished acknowledgements so the set stays small.
         while self.writes.try_join_next().is_some() {}
     }
+}
 
-    /// Starts target `target_id`. A resume reads the documents changed since the client's
-    /// version at the store's latest version; when that is ahead of what the fan-out has
-    /// published (a commit is on its way to it) the states would be newer than the target's
-    /// first snapshot, so the listen is asked again shortly ([`Listened::Behind`]), and only
-    /// after `BEHIND_TRIES` is the newer read taken (the commit's own delta follows it).
-    fn listen(
-        &self,
-        target_id: u32,
-        query: &Query,
-        resume: Option<u64>,
-        accept_ahead: bool,
-    ) -> Result<Listened, QueryError> {
-        let limit = self.relay.config().max_listens_per_connection;
+/// A one-time read of the documents `names` at the latest committed state.
+fn get(relay: &Relay, db: &Database, request_id: u64, names: Vec<DocumentName>) -> ServerMessage {
+    let result = (|| -> Result<ServerMessage, String> {
+        let snap = relay.store().snapshot().map_err(|e| e.to_string())?;
+        let view = snap.database(db.name());
+        let version = view.version().map_err(|e| e.to_string())?;
+        let mut documents = Vec::with_capacity(names.len());
+        for n in names {
+            let d = block_on_ready(fetch(&view, &n)).map_err(|e| e.to_string())?;
+            documents.push((n, d));
+        }
+        Ok(ServerMessage::GetResult {
+            request_id,
+            version,
+            documents,
+        })
+    })();
+    result.unwrap_or_else(|e| error(request_id, 0, ErrorCode::Unavailable, e))
+}
+
+/// A `Listen` request, run on the blocking pool ([`Relay::blocking_read`]).
+struct ListenStart {
+    /// The connection's database.
+    db: Arc<Database>,
+    /// The connection's write side: the target's frames go there.
+    out: Outbound,
+    target_id: u32,
+    query: Query,
+    /// The client's version of the target's result, if it resumes one.
+    resume: Option<u64>,
+    /// Take a resume read ahead of the fan-out's published version.
+    accept_ahead: bool,
+}
+
+impl ListenStart {
+    /// Starts the target. A resume reads the documents changed since the client's version
+    /// at the store's latest version; when that is ahead of what the fan-out has published
+    /// (a commit is on its way to it) the states would be newer than the target's first
+    /// snapshot, so the listen is asked again shortly ([`Listened::Behind`]), and only after
+    /// `BEHIND_TRIES` is the newer read taken (the commit's own delta follows it).
+    fn run(self, relay: &Relay) -> Result<Listened, QueryError> {
+        let limit = relay.config().max_listens_per_connection;
         let held = self
             .out
             .targets()
@@ -331,18 +376,18 @@ impl Connection {
                  (--max-listens-per-connection {limit}): stop one before starting another"
             )));
         }
-        let q = validate(query)?;
+        let q = validate(&self.query)?;
         hearth_core::query::validate::check_listenable(&q)?;
         let source = q.source.clone();
-        let relay = self.relay.clone();
-        let db = self.db.clone();
-        let store = self.relay.store().clone();
-        let name = self.db.name().to_owned();
-        self.db.fanout().listen(
+        let db = &self.db;
+        let store = relay.store().clone();
+        let name = db.name().to_owned();
+        let (resume, accept_ahead) = (self.resume, self.accept_ahead);
+        db.fanout().listen(
             &self.out,
-            target_id,
+            self.target_id,
             q,
-            |q| relay.query_latest(&db, q),
+            |q| relay.query_latest(db, q),
             move |at| match resume {
                 None => Start::Fresh,
                 Some(r) if r > at => {

@@ -287,3 +287,148 @@ async fn listens_per_connection_are_limited() {
     let latencies = within(calm).await.unwrap();
     eprintln!("bystander during the listen storm: {}", summary(latencies));
 }
+
+/// A query whose scan passes `--max-scan-rows` is refused with `resource-exhausted` naming
+/// the flag, as a one-time query, an aggregation and a listen; bounded versions of it are
+/// served, and the bystander sees nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_past_the_row_budget_is_refused() {
+    let scene = Scene::start(&["--max-scan-rows", "1000"]).await;
+    let c = &scene.c;
+    for chunk in 0..4 {
+        let batch = (0..500)
+            .map(|i| {
+                let i = chunk * 500 + i;
+                Mutation::set(
+                    name(&format!("wide/d{i:04}")),
+                    map([("n", int(i)), ("odd", Value::Boolean(i % 2 == 1))]),
+                )
+            })
+            .collect();
+        within(c.write(batch)).await.unwrap();
+    }
+    let all = Query::collection(coll("wide"));
+    let budget = |e: &hearth_client::ClientError| {
+        assert_eq!(e.code(), Some(ErrorCode::ResourceExhausted), "{e}");
+        assert!(e.to_string().contains("--max-scan-rows"), "{e}");
+    };
+    let err = within(c.query(&all)).await.expect_err("2,000 rows scanned");
+    budget(&err);
+    // A filter whose index scan passes the budget even though the result is small: a
+    // `!=` over the whole collection, and an offset that skips past it.
+    let err = within(c.query(&all.clone().offset(1500).limit(1)))
+        .await
+        .expect_err("skips 1,500 rows");
+    budget(&err);
+    let err = within(c.aggregate(&all, vec![Aggregation::Count]))
+        .await
+        .expect_err("counts 2,000 rows");
+    budget(&err);
+    let mut l = within(c.listen(&all, None)).await.unwrap();
+    let err = within(l.next()).await.expect_err("listens to 2,000 rows");
+    budget(&err);
+    // Under the budget: served.
+    let (some, _) = within(c.query(&all.clone().limit(500))).await.unwrap();
+    assert_eq!(some.len(), 500);
+    let (odd, _) = within(
+        c.query(
+            &all.clone()
+                .where_("odd", Op::Equal, Value::Boolean(true))
+                .limit(100),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(odd.len(), 100);
+    scene.finish("scan budget").await;
+}
+
+/// Reads run on the blocking pool: connections sending large scans over and over (each
+/// reads 20,000 documents) cannot hold up the runtime's workers, so a bystander's writes
+/// and listens go on with latencies far below one such scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reads_do_not_freeze_other_connections() {
+    let scene = Scene::start(&[]).await;
+    let c = &scene.c;
+    for chunk in 0..40 {
+        let batch = (0..500)
+            .map(|i| {
+                let i = chunk * 500 + i;
+                Mutation::set(
+                    name(&format!("heavy/d{i:05}")),
+                    map([("n", int(i)), ("pad", s(&"x".repeat(200)))]),
+                )
+            })
+            .collect();
+        within(c.write(batch)).await.unwrap();
+    }
+    let all = Query::collection(coll("heavy"));
+    let started = Instant::now();
+    within(c.aggregate(&all, vec![Aggregation::Sum(fp("n"))]))
+        .await
+        .unwrap();
+    let one = started.elapsed();
+    // Measure the bystander from here: before the scans and during them.
+    let quiet = {
+        let probe = scene.relay.client("calm").await;
+        probe_latencies(&probe, 20).await
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..6 {
+        let reader = scene.relay.client("attack").await;
+        let (stop, all) = (stop.clone(), all.clone());
+        readers.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                within_for(
+                    Duration::from_secs(120),
+                    reader.aggregate(&all, vec![Aggregation::Sum(fp("n"))]),
+                )
+                .await
+                .expect("the scan is served");
+                n += 1;
+            }
+            n
+        }));
+    }
+    tokio::time::sleep(one).await;
+    let probe = scene.relay.client("calm").await;
+    let busy = probe_latencies(&probe, 20).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut scans = 0;
+    for r in readers {
+        scans += within_for(Duration::from_secs(120), r).await.unwrap();
+    }
+    let worst = *busy.iter().max().unwrap();
+    eprintln!(
+        "hostile: one 20,000-document scan {one:?}; {scans} scans from 6 connections; bystander quiet {}, during the scans {}",
+        summary(quiet),
+        summary(busy.clone())
+    );
+    assert!(
+        worst < one,
+        "a bystander round trip took {worst:?}, as long as a whole scan ({one:?})"
+    );
+    scene.finish("slow reads").await;
+}
+
+/// `n` round trips of a write until the client's own listener shows it.
+async fn probe_latencies(c: &Client, n: usize) -> Vec<Duration> {
+    let q = Query::collection(coll("probe"));
+    let mut listener = within(c.listen(&q, None)).await.unwrap();
+    within(listener.next()).await.unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let started = Instant::now();
+        let v = within(c.write(vec![Mutation::set(
+            name("probe/p"),
+            map([("n", int(i as i64))]),
+        )]))
+        .await
+        .unwrap();
+        while within(listener.next()).await.unwrap().version < v {}
+        out.push(started.elapsed());
+    }
+    out
+}

@@ -89,7 +89,8 @@ async fn concurrent_index_creations_keep_every_index_maintained() {
     for (f, g) in pairs() {
         let c = relay.client("races").await;
         tasks.push(tokio::spawn(async move {
-            let got = within(c.query(&needs(f, g))).await;
+            // Twelve backfills one after another: a generous bound on a loaded machine.
+            let got = within_for(Duration::from_secs(120), c.query(&needs(f, g))).await;
             (f, g, got.map(|(d, _)| names(&d)))
         }));
     }
@@ -157,7 +158,7 @@ async fn a_crash_in_the_middle_of_a_backfill_is_rolled_back_at_the_next_start() 
     // The next start removes what the build wrote.
     let mut relay = Relay::start(dir.path(), &["--auto-index"]);
     let c = relay.client("crash").await;
-    let (docs, _) = within(c.query(&needs("a", "b")))
+    let (docs, _) = within_for(Duration::from_secs(120), c.query(&needs("a", "b")))
         .await
         .expect("the index is created again");
     assert_eq!(names(&docs), expected("a", "b", n, 0));
@@ -199,7 +200,7 @@ async fn a_large_backfill_does_not_stall_other_databases() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let (docs, _) = within(c.query(&needs("c", "d")))
+    let (docs, _) = within_for(Duration::from_secs(120), c.query(&needs("c", "d")))
         .await
         .expect("auto-indexed query");
     let build = started.elapsed();
