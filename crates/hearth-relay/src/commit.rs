@@ -23,6 +23,7 @@ use super::store::{
 };
 pub use crate::idempotency::{batch_digest, BatchDigest};
 use crate::idempotency::{batch_key, BatchRecord};
+use crate::supervise::fault_point;
 use hearth_core::document::Document;
 use hearth_core::encoding::document::{decode_document, encode_document};
 use hearth_core::encoding::key::prefix_end;
@@ -313,6 +314,7 @@ fn apply_round(
         let mut meta = txn.open_table(META)?;
         let mut touched_versions: Vec<String> = Vec::new();
         for (db, req) in round {
+            fault_point("commit", db);
             let state = dbs
                 .get_mut(db)
                 .expect("databases are registered before writes");

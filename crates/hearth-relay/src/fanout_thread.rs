@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::commit::{CommitSink, Committed};
 use crate::state::Relay;
+use crate::supervise::{fault_point, supervised};
 use hearth_core::query::model::Query;
 
 /// One group commit's changes, and when it became durable.
@@ -66,22 +67,26 @@ impl CommitSink for Sink {
 pub(crate) fn spawn(relay: Weak<Relay>, rounds: Rounds) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("hearth-fanout".into())
-        .spawn(move || {
-            // Rounds taken early by a catch-up (see `Fanout::publish`).
-            let mut stash = VecDeque::new();
-            loop {
-                let next = match stash.pop_front() {
-                    Some(r) => r,
-                    None => match rounds.recv() {
-                        Ok(r) => r,
-                        Err(_) => return,
-                    },
-                };
-                let Some(relay) = relay.upgrade() else { return };
-                fan_out(&relay, next, &rounds, &mut stash);
-            }
-        })?;
+        .spawn(move || supervised("fan-out", || publish_rounds(&relay, &rounds)))?;
     Ok(())
+}
+
+/// The fan-out thread's loop: publishes `rounds` in order until the committer's sink is
+/// gone or the relay is.
+fn publish_rounds(relay: &Weak<Relay>, rounds: &Rounds) {
+    // Rounds taken early by a catch-up (see `Fanout::publish`).
+    let mut stash = VecDeque::new();
+    loop {
+        let next = match stash.pop_front() {
+            Some(r) => r,
+            None => match rounds.recv() {
+                Ok(r) => r,
+                Err(_) => return,
+            },
+        };
+        let Some(relay) = relay.upgrade() else { return };
+        fan_out(&relay, next, rounds, &mut stash);
+    }
 }
 
 /// Publishes one round to the fan-out of each database it touched.
@@ -103,6 +108,7 @@ fn fan_out(
         let Some(db) = relay.database_if_open(&name) else {
             continue;
         };
+        fault_point("fanout", &name);
         let requery = |q: &Query| relay.query_latest(&db, q);
         let mut more = |upto| take_commits(&name, upto, rounds, stash);
         frames += db.fanout().publish(&commits, &requery, &mut more);

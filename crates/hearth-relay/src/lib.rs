@@ -13,8 +13,8 @@
 //! The rest of the crate: [`Config`] (`config`), the shared state [`Relay`] (`state`),
 //! [`run`], the accept loop with its drain (`server`), the database policy (`databases`),
 //! the fan-out thread (`fanout_thread`), index backfills and `--auto-index` (`indexes`),
-//! write idempotency records (`idempotency`), changelog pruning (`retention`), [`auth`],
-//! [`metrics`] and [`outbound`].
+//! write idempotency records (`idempotency`), changelog pruning (`retention`), the
+//! supervision of the relay's threads (`supervise`), [`auth`], [`metrics`] and [`outbound`].
 
 pub mod auth;
 pub mod commit;
@@ -31,6 +31,7 @@ mod retention;
 mod server;
 mod state;
 pub mod store;
+mod supervise;
 
 pub use config::Config;
 pub use databases::{Database, DatabaseError};

@@ -11,6 +11,7 @@ use crate::databases::{Database, DatabaseError, Databases};
 use crate::fanout_thread;
 use crate::metrics::Metrics;
 use crate::store::{DatabaseView, Store, StoreError};
+use crate::supervise::{panic_message, supervised};
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
 use hearth_core::protocol::MAX_FRAME_BYTES;
@@ -98,7 +99,7 @@ impl Relay {
             let store = store.clone();
             let handle = std::thread::Builder::new()
                 .name("hearth-committer".into())
-                .spawn(move || committer.run(&store, &sink))?;
+                .spawn(move || supervised("committer", || committer.run(&store, &sink)))?;
             *relay.committer_thread.lock().expect("thread lock") = Some(handle);
         }
         fanout_thread::spawn(Arc::downgrade(&relay), rounds)?;
@@ -180,11 +181,7 @@ impl Relay {
             .await
             .map_err(|e| match e.try_into_panic() {
                 Ok(p) => {
-                    let what = p
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
+                    let what = panic_message(p.as_ref());
                     tracing::error!(panic = %what, "a read panicked");
                     format!("internal error while reading: {what}")
                 }

@@ -176,3 +176,49 @@ async fn kill_9_loses_no_acknowledged_write() {
     eprintln!("{cycles} crash cycles, {total_acked} acknowledged writes, all present");
     assert!(total_acked > 0, "no write was acknowledged at all");
 }
+
+/// A committer or fan-out thread that fails (a panic injected through the debug build's
+/// `HEARTH_TEST_FAULT`) ends the whole process at once, saying which thread failed, rather
+/// than leaving a relay that accepts writes it never commits or listeners that silently
+/// stop; a restart on the same data serves every acknowledged write.
+#[tokio::test]
+async fn a_failed_committer_or_fan_out_ends_the_process_loudly() {
+    use std::os::unix::process::ExitStatusExt;
+    for (point, thread) in [("commit", "committer"), ("fanout", "fan-out")] {
+        let dir = TempDir::new("fault");
+        let fault = format!("{point}:doomed");
+        let mut relay = Relay::start_with_env(dir.path(), &[], &[("HEARTH_TEST_FAULT", &fault)]);
+        let calm = relay.client("calm").await;
+        let kept = name("calm/kept");
+        within(calm.write(vec![Mutation::set(kept.clone(), map([("n", int(1))]))]))
+            .await
+            .expect("a write to a healthy database");
+        let doomed = relay.client("doomed").await;
+        // The write reaches the failing thread; its answer may never come.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            doomed.write(vec![Mutation::set(name("d/x"), map([("n", int(1))]))]),
+        )
+        .await;
+        let status = relay.wait_exit(Duration::from_secs(20));
+        assert_eq!(
+            status.signal(),
+            Some(6),
+            "{thread}: the relay should abort, it ended with {status:?}"
+        );
+        let log = relay.log();
+        assert!(
+            log.contains(&format!("the {thread} thread failed")),
+            "{thread}: the log should say which thread failed:\n{log}"
+        );
+        let mut relay = Relay::start(dir.path(), &[]);
+        let c = relay.client("calm").await;
+        let got = within(c.get_one(&kept)).await.unwrap();
+        assert!(got.is_some(), "{thread}: the acknowledged write survives");
+        within(c.close()).await;
+        relay.sigterm();
+        relay.wait_exit(Duration::from_secs(30));
+        let (ok, out) = check_data(dir.path());
+        assert!(ok, "{thread}: check after the abort:\n{out}");
+    }
+}

@@ -131,6 +131,11 @@ impl Relay {
 
     /// A relay on `data` (kept after it stops) with extra `serve` flags.
     pub fn start(data: &Path, args: &[&str]) -> Relay {
+        Relay::start_with_env(data, args, &[])
+    }
+
+    /// [`Relay::start`] with extra environment variables.
+    pub fn start_with_env(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Relay {
         let mut cmd = Command::new(relay_bin());
         cmd.arg("serve")
             .args(["--addr", "127.0.0.1:0", "--data"])
@@ -145,6 +150,7 @@ impl Relay {
             }
         }
         cmd.env("HEARTH_LOG", "info,hearth=info");
+        cmd.envs(env.iter().copied());
         let mut child = cmd.spawn().expect("starting hearth-relay");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
