@@ -37,6 +37,8 @@ use hearth_core::value::Timestamp;
 /// Most batches taken from one database in one round, so a busy database cannot starve the
 /// others.
 const QUOTA_PER_DATABASE: usize = 512;
+/// Most bytes of batches taken from one database in one round (at least one batch).
+const QUOTA_BYTES_PER_DATABASE: usize = 8 << 20;
 /// Most batches in one group commit.
 const MAX_ROUND: usize = 4096;
 
@@ -83,6 +85,8 @@ pub struct WriteRequest {
     pub reply: oneshot::Sender<Result<u64, WriteError>>,
     /// When the batch was queued.
     pub enqueued: Instant,
+    /// The size of the frame that carried it: what it costs in memory while queued.
+    pub bytes: usize,
 }
 
 /// The committed changes of one version, for the fan-out.
@@ -100,8 +104,8 @@ pub struct Committed {
 pub type Job = Box<dyn FnOnce(&Store) + Send>;
 
 struct Queues {
-    /// Each database's batches waiting to commit, in arrival order.
-    by_db: HashMap<String, VecDeque<WriteRequest>>,
+    /// Each database's batches waiting to commit, in arrival order, and their bytes.
+    by_db: HashMap<String, (VecDeque<WriteRequest>, usize)>,
     /// Round-robin order of databases.
     order: Vec<String>,
     /// Where in `order` the next round starts, so every database gets to go first.
@@ -128,8 +132,10 @@ pub struct Committer {
     queues: Mutex<Queues>,
     /// Wakes the thread when a batch or job arrives, or on stop.
     wake: Condvar,
-    /// In-flight cap per database.
+    /// Most batches queued per database.
     cap: usize,
+    /// Most bytes of batches queued per database (at least one batch is always taken).
+    cap_bytes: usize,
     /// Each registered database's versions and indexes; only the committer thread (its
     /// rounds and jobs) changes them once the database is registered.
     dbs: Mutex<HashMap<String, DbState>>,
@@ -142,7 +148,7 @@ pub trait CommitSink: Send + Sync {
 }
 
 impl Committer {
-    pub fn new(cap: usize) -> Arc<Committer> {
+    pub fn new(cap: usize, cap_bytes: usize) -> Arc<Committer> {
         Arc::new(Committer {
             queues: Mutex::new(Queues {
                 by_db: HashMap::new(),
@@ -153,12 +159,14 @@ impl Committer {
             }),
             wake: Condvar::new(),
             cap,
+            cap_bytes,
             dbs: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Queues a batch; refuses it (handing it back) when the database has `cap` batches in
-    /// flight or the committer is stopping.
+    /// Queues a batch; refuses it (handing it back) when the database has `cap` batches or
+    /// `cap_bytes` bytes queued (an empty queue takes any batch), or the committer is
+    /// stopping.
     pub fn submit(&self, db: &str, req: WriteRequest) -> Result<(), Box<WriteRequest>> {
         let mut q = self.queues.lock().expect("committer lock");
         if q.stopping {
@@ -167,10 +175,13 @@ impl Committer {
         if !q.by_db.contains_key(db) {
             q.order.push(db.to_owned());
         }
-        let queue = q.by_db.entry(db.to_owned()).or_default();
-        if queue.len() >= self.cap {
+        let (queue, bytes) = q.by_db.entry(db.to_owned()).or_default();
+        if queue.len() >= self.cap
+            || (!queue.is_empty() && bytes.saturating_add(req.bytes) > self.cap_bytes)
+        {
             return Err(Box::new(req));
         }
+        *bytes += req.bytes;
         queue.push_back(req);
         drop(q);
         self.wake.notify_one();
@@ -207,7 +218,7 @@ impl Committer {
             let (round, jobs) = {
                 let mut q = self.queues.lock().expect("committer lock");
                 loop {
-                    let pending = q.by_db.values().any(|v| !v.is_empty());
+                    let pending = q.by_db.values().any(|(v, _)| !v.is_empty());
                     if pending || !q.jobs.is_empty() {
                         break;
                     }
@@ -222,11 +233,23 @@ impl Committer {
                 let start = q.next;
                 for i in 0..n {
                     let db = q.order[(start + i) % n].clone();
-                    let queue = q.by_db.get_mut(&db).expect("ordered databases have queues");
-                    let take = queue
-                        .len()
-                        .min(QUOTA_PER_DATABASE)
-                        .min(MAX_ROUND - round.len());
+                    let (queue, queued) =
+                        q.by_db.get_mut(&db).expect("ordered databases have queues");
+                    // A fair share: at most a quota of batches and of bytes (at least one
+                    // batch) from each database.
+                    let mut take = 0;
+                    let mut bytes = 0usize;
+                    for req in queue.iter() {
+                        if take == QUOTA_PER_DATABASE
+                            || round.len() + take == MAX_ROUND
+                            || (take > 0 && bytes + req.bytes > QUOTA_BYTES_PER_DATABASE)
+                        {
+                            break;
+                        }
+                        take += 1;
+                        bytes += req.bytes;
+                    }
+                    *queued -= bytes;
                     round.extend(queue.drain(..take).map(|r| (db.clone(), r)));
                     sink.queue_depth(&db, queue.len());
                 }

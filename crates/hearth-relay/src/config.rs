@@ -12,6 +12,8 @@ use hearth_core::index::config::IndexFile;
 pub struct Config {
     /// Directory of the embedded store.
     pub data_dir: PathBuf,
+    /// Most bytes of the store's pages cached in memory.
+    pub cache_bytes: usize,
     /// Index definitions every database uses.
     pub indexes: IndexFile,
     /// Create a missing composite index on first use instead of refusing the query.
@@ -22,6 +24,11 @@ pub struct Config {
     pub changelog_retention: Duration,
     /// Most write batches queued per database before new ones are refused.
     pub max_inflight_writes: usize,
+    /// Most bytes of write batches queued per database before new ones are refused.
+    pub max_inflight_write_bytes: usize,
+    /// Most bytes of one connection's unacknowledged write batches: past it, the relay
+    /// reads nothing more from the connection until acknowledgements bring it under.
+    pub max_inflight_write_bytes_per_connection: usize,
     /// Most bytes queued to one connection before it is dropped as a slow consumer.
     pub max_outbound_bytes: usize,
     /// Most concurrent connections.
@@ -48,11 +55,14 @@ impl Config {
     pub fn new(data_dir: PathBuf) -> Config {
         Config {
             data_dir,
+            cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             indexes: IndexFile::default(),
             auto_index: false,
             heartbeat: Duration::from_secs(5),
             changelog_retention: Duration::from_secs(3600),
             max_inflight_writes: 10_000,
+            max_inflight_write_bytes: 256 << 20,
+            max_inflight_write_bytes_per_connection: 32 << 20,
             max_outbound_bytes: 32 << 20,
             max_connections: 19_000,
             max_listens_per_connection: 1_000,

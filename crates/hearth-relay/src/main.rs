@@ -46,6 +46,10 @@ struct ServeArgs {
     /// Directory of the embedded store (created if missing).
     #[arg(long, env = "HEARTH_DATA", default_value = "./hearth-data")]
     data: PathBuf,
+    /// Most MiB of the store's pages cached in memory (the bulk of the relay's resident
+    /// memory under load).
+    #[arg(long, env = "HEARTH_CACHE_MIB", default_value_t = 1024)]
+    cache_mib: usize,
     /// Index definitions in the firestore.indexes.json format (comments and trailing commas
     /// allowed). Changing them backfills existing databases at start.
     #[arg(long, env = "HEARTH_INDEXES")]
@@ -72,6 +76,17 @@ struct ServeArgs {
     /// Most write batches queued per database before further ones are refused.
     #[arg(long, env = "HEARTH_MAX_INFLIGHT_WRITES", default_value_t = 10_000)]
     max_inflight_writes: usize,
+    /// Most bytes of write batches queued per database before further ones are refused.
+    #[arg(long, env = "HEARTH_MAX_INFLIGHT_WRITE_BYTES", default_value_t = 256 << 20)]
+    max_inflight_write_bytes: usize,
+    /// Most bytes of one connection's unacknowledged writes: past it the relay reads
+    /// nothing more from that connection until acknowledgements bring it under.
+    #[arg(
+        long,
+        env = "HEARTH_MAX_INFLIGHT_WRITE_BYTES_PER_CONNECTION",
+        default_value_t = 32 << 20
+    )]
+    max_inflight_write_bytes_per_connection: usize,
     /// Most bytes queued to one connection before it is dropped as a slow consumer.
     #[arg(long, env = "HEARTH_MAX_OUTBOUND_BYTES", default_value_t = 32 << 20)]
     max_outbound_bytes: usize,
@@ -172,11 +187,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )?
     };
     let mut config = Config::new(args.data.clone());
+    config.cache_bytes = args.cache_mib.max(1).saturating_mul(1 << 20);
     config.indexes = read_indexes(args.indexes.as_ref())?;
     config.auto_index = args.auto_index;
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
     config.changelog_retention = Duration::from_secs(args.changelog_retention_secs);
     config.max_inflight_writes = args.max_inflight_writes.max(1);
+    config.max_inflight_write_bytes = args.max_inflight_write_bytes.max(1);
+    config.max_inflight_write_bytes_per_connection =
+        args.max_inflight_write_bytes_per_connection.max(1);
     config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
     config.max_connections = args.max_connections.max(1);
     config.max_listens_per_connection = args.max_listens_per_connection.max(1);

@@ -77,8 +77,11 @@ impl Relay {
     /// Opens the store, backfills indexes whose definitions changed, and starts the
     /// committer and fan-out threads.
     pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
-        let store = Arc::new(Store::open(&config.data_dir)?);
-        let committer = Committer::new(config.max_inflight_writes);
+        let store = Arc::new(Store::open_with_cache(
+            &config.data_dir,
+            config.cache_bytes,
+        )?);
+        let committer = Committer::new(config.max_inflight_writes, config.max_inflight_write_bytes);
         let metrics = Arc::new(Metrics::new());
         let databases = Databases::open(&store, &committer, &config, &metrics)?;
         let relay = Arc::new(Relay {

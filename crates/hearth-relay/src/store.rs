@@ -89,6 +89,9 @@ redb_err!(
     redb::SetDurabilityError
 );
 
+/// The store's page cache unless configured (`--cache-mib`): redb's default, 1 GiB.
+pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
 /// The key prefix of database `db` in every table.
 pub fn db_prefix(db: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(db.len() + 2);
@@ -111,13 +114,21 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the store in directory `dir`.
+    /// Opens (or creates) the store in directory `dir`, with redb's default page cache.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the store in directory `dir`, caching at most `cache_bytes` of
+    /// its pages in memory (the bulk of the relay's resident memory under load).
+    pub fn open_with_cache(dir: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
             path: dir.display().to_string(),
             source,
         })?;
-        let db = redb::Database::create(dir.join("hearth.redb"))?;
+        let db = redb::Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(dir.join("hearth.redb"))?;
         let txn = db.begin_write()?;
         {
             txn.open_table(DOCUMENTS)?;

@@ -2,6 +2,7 @@
 //! a read (a snapshot of the store and the core's executor), a write (the committer's
 //! queue, acknowledged when durable) or a listen (the database's fan-out).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,25 @@ use hearth_core::protocol::{ClientMessage, ErrorCode, ServerMessage};
 use hearth_core::query::execute::fetch;
 use hearth_core::query::model::{Query, Source};
 use hearth_core::query::validate::{validate, QueryError};
+
+/// A connection's share of bytes in flight, given back when dropped.
+struct InFlight {
+    counter: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl InFlight {
+    fn new(counter: Arc<AtomicUsize>, bytes: usize) -> InFlight {
+        counter.fetch_add(bytes, Ordering::AcqRel);
+        InFlight { counter, bytes }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
 
 /// Whether document `name` can belong to a query over `source` (a resume never names
 /// documents of other collections).
@@ -162,7 +182,10 @@ impl Connection {
                 batch_id,
                 mutations,
                 reads,
-            } => self.write(request_id, batch_id, mutations, reads),
+            } => {
+                self.write_budget(frame.len()).await;
+                self.write(request_id, batch_id, mutations, reads, frame.len());
+            }
             ClientMessage::Listen {
                 target_id,
                 query,
@@ -246,12 +269,30 @@ impl Connection {
         }
     }
 
+    /// Waits, reading nothing more from the client, until the connection's unacknowledged
+    /// writes leave room for `bytes` more under `--max-inflight-write-bytes-per-connection`
+    /// (a connection with none in flight always has room): backpressure on a client that
+    /// writes faster than its database commits.
+    async fn write_budget(&mut self, bytes: usize) {
+        let cap = self.relay.config().max_inflight_write_bytes_per_connection;
+        loop {
+            let held = self.write_bytes.load(Ordering::Acquire);
+            if held == 0 || held.saturating_add(bytes) <= cap {
+                return;
+            }
+            if self.writes.join_next().await.is_none() {
+                return;
+            }
+        }
+    }
+
     fn write(
         &mut self,
         request_id: u64,
         batch_id: u64,
         mutations: Vec<Mutation>,
         reads: Vec<(DocumentName, Option<u64>)>,
+        bytes: usize,
     ) {
         tracing::trace!(
             conn = self.id,
@@ -284,6 +325,7 @@ impl Connection {
             reads,
             reply: tx,
             enqueued: Instant::now(),
+            bytes,
         };
         if self.relay.committer().submit(self.db.name(), req).is_err() {
             self.send(&error(
@@ -291,9 +333,10 @@ impl Connection {
                 0,
                 ErrorCode::ResourceExhausted,
                 format!(
-                    "too many writes in flight for database `{}` (limit {}); retry with backoff",
+                    "too many writes in flight for database `{}` (limits: {} batches, {} bytes; --max-inflight-writes, --max-inflight-write-bytes); retry with backoff",
                     self.db.name(),
-                    self.relay.config().max_inflight_writes
+                    self.relay.config().max_inflight_writes,
+                    self.relay.config().max_inflight_write_bytes,
                 ),
             ));
             return;
@@ -301,7 +344,9 @@ impl Connection {
         let out = self.out.clone();
         let metrics = self.relay.metrics().clone();
         let started = Instant::now();
+        let held = InFlight::new(self.write_bytes.clone(), bytes);
         self.writes.spawn(async move {
+            let _held = held;
             let reply = match rx.await {
                 Ok(Ok(version)) => ServerMessage::WriteResult {
                     request_id,

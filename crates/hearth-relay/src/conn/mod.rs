@@ -87,6 +87,9 @@ struct Connection {
     out: Outbound,
     /// In-flight write acknowledgements, awaited before the socket closes on shutdown.
     writes: tokio::task::JoinSet<()>,
+    /// Bytes of the write frames not yet acknowledged (each acknowledgement task gives its
+    /// share back when it ends, however it ends).
+    write_bytes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Sends `reply` and closes: the end of a connection refused at its handshake.
@@ -219,6 +222,7 @@ impl Connection {
             expiry_handled: None,
             out: out.clone(),
             writes: tokio::task::JoinSet::new(),
+            write_bytes: Arc::default(),
         };
         let overflow = out.overflow();
         tokio::pin!(overflow);

@@ -8,6 +8,7 @@ mod changelog;
 mod crash;
 mod harness;
 mod hostile_queries;
+mod hostile_writes;
 mod index_builds;
 mod listens;
 mod listens_edges;

@@ -1,0 +1,196 @@
+//! Writes from a client that sends faster than its database commits: the relay holds at
+//! most `--max-inflight-write-bytes-per-connection` of one connection's unacknowledged
+//! batches (past it, it reads nothing more from that connection: TCP backpressure, nothing
+//! refused or lost) and at most `--max-inflight-write-bytes` queued per database (past it,
+//! `resource-exhausted`). A bystander on another database keeps writing meanwhile.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use futures_util::{SinkExt, StreamExt};
+use hearth_core::error::ErrorCode;
+use hearth_core::mutation::Mutation;
+use hearth_core::protocol::codec::{decode_server, encode_client};
+use hearth_core::protocol::{ClientMessage, ServerMessage};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::harness::*;
+
+/// The relay's peak resident memory so far (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc/<pid>/status");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A write of one document with a `size`-byte string field `p` (exempt from indexing).
+fn heavy(i: usize, size: usize) -> Mutation {
+    Mutation::set(
+        name(&format!("big/d{i:04}")),
+        map([("p", s(&"p".repeat(size))), ("n", int(i as i64))]),
+    )
+}
+
+/// Document `i` of `big` with `fields` integer fields (each indexed both ways).
+fn many_fields(i: u64, fields: usize) -> Mutation {
+    let mut m = hearth_core::value::Map::new();
+    for f in 0..fields {
+        m.insert(format!("f{f}"), int((f as i64) ^ (i as i64)));
+    }
+    Mutation::set(name(&format!("big/m{i:04}")), m)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_pipelining_large_writes_is_held_to_its_byte_budget() {
+    // Each batch is one document of 10,000 indexed fields (about 100 KB on the wire, 20,000
+    // index entries to write): the relay reads them far faster than it commits them. The
+    // store's page cache is bounded too, so memory growth is what the relay buffers.
+    let relay = Relay::fresh(&[
+        "--cache-mib",
+        "32",
+        "--max-inflight-write-bytes-per-connection",
+        "2000000",
+    ]);
+    let calm = relay.client("calm").await;
+    within(calm.write(vec![Mutation::set(name("calm/a"), map([("n", int(0))]))]))
+        .await
+        .unwrap();
+    // 300 batches, encoded beforehand and sent on a raw socket as fast as it takes them.
+    let n = 300u64;
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            encode_client(&ClientMessage::Write {
+                request_id: i + 1,
+                batch_id: i + 1,
+                mutations: vec![many_fields(i, 10_000)],
+                reads: vec![],
+            })
+        })
+        .collect();
+    let before = peak_rss(relay.pid());
+    let (mut tx, mut rx) = handshaken(&relay, "flood").await.split();
+    let started = Instant::now();
+    let acks = tokio::spawn(async move {
+        let mut acked = 0;
+        while acked < n {
+            match rx.next().await {
+                Some(Ok(Message::Binary(b))) => match decode_server(&b) {
+                    Ok(ServerMessage::WriteResult { .. }) => acked += 1,
+                    Ok(ServerMessage::Error { code, message, .. }) => {
+                        panic!("a write was refused: {code:?} {message}")
+                    }
+                    _ => {}
+                },
+                Some(Ok(_)) => {}
+                other => panic!("the connection ended after {acked} acknowledgements: {other:?}"),
+            }
+        }
+        acked
+    });
+    let sender = tokio::spawn(async move {
+        for f in frames {
+            tx.send(Message::Binary(f.into())).await.unwrap();
+        }
+        tx
+    });
+    let bystander = async {
+        let mut worst = Duration::ZERO;
+        for i in 0..30 {
+            let t = Instant::now();
+            within(calm.write(vec![Mutation::set(name("calm/a"), map([("n", int(i))]))]))
+                .await
+                .expect("the bystander's write succeeds");
+            worst = worst.max(t.elapsed());
+        }
+        worst
+    };
+    // The relay's write queue for the flooding database, sampled all along.
+    let addr = relay.addr;
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        tokio::spawn(async move {
+            let mut deepest = 0f64;
+            while sampling.load(Ordering::Relaxed) {
+                let (_, text) = http_get(addr, "/metrics").await;
+                let depth = metric(&text, "hearth_write_queue_depth{database=\"flood\"}");
+                deepest = deepest.max(depth.unwrap_or(0.0));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            deepest
+        })
+    };
+    let worst = within_for(Duration::from_secs(60), bystander).await;
+    let acked = within_for(Duration::from_secs(180), acks).await.unwrap();
+    let took = started.elapsed();
+    let _tx = within(sender).await.unwrap();
+    sampling.store(false, Ordering::Relaxed);
+    let deepest = within(sampler).await.unwrap();
+    let grew = peak_rss(relay.pid()).saturating_sub(before);
+    eprintln!(
+        "pipelined {acked} writes of 10,000 indexed fields in {took:?}; deepest write queue {deepest} batches; relay peak memory grew {} MiB; bystander's slowest write {worst:?}",
+        grew >> 20
+    );
+    // 2 MB in flight is about 20 of these batches: the queue never holds more.
+    assert!(
+        deepest <= 25.0,
+        "the relay queued {deepest} batches of one connection past its 2 MB budget"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_past_its_queued_bytes_refuses_writes() {
+    let dir = TempDir::new("db-bytes");
+    let indexes = dir.payload_exempt_indexes("big");
+    let relay = Relay::fresh(&[
+        "--indexes",
+        &indexes,
+        "--max-inflight-write-bytes",
+        "3000000",
+    ]);
+    let calm = relay.client("calm").await;
+    // Eight connections each pipelining 1 MB batches: more than 3 MB queue up at once.
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        let client = relay.client("flood").await;
+        tasks.push(tokio::spawn(async move {
+            let results =
+                join_all((0..20).map(|i| client.write(vec![heavy(c * 100 + i, 1_000_000)]))).await;
+            results
+                .into_iter()
+                .map(|r| r.err().map(|e| (e.code(), e.to_string())))
+                .collect::<Vec<_>>()
+        }));
+    }
+    let v = within(calm.write(vec![Mutation::set(name("calm/a"), map([("n", int(1))]))]))
+        .await
+        .expect("another database is not affected");
+    assert!(v > 0);
+    let mut ok = 0;
+    let mut refused = 0;
+    for t in tasks {
+        for r in within_for(Duration::from_secs(120), t).await.unwrap() {
+            match r {
+                None => ok += 1,
+                Some((code, msg)) => {
+                    assert_eq!(code, Some(ErrorCode::ResourceExhausted), "{msg}");
+                    assert!(msg.contains("--max-inflight-write-bytes"), "{msg}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    eprintln!("160 pipelined 1 MB writes against a 3 MB database queue: {ok} committed, {refused} refused");
+    assert!(refused > 0, "some writes should pass the 3 MB queue");
+    assert!(ok > 0, "the queue takes writes as it drains");
+}
