@@ -8,6 +8,7 @@ mod changelog;
 mod crash;
 mod harness;
 mod hostile_queries;
+mod limits;
 mod listens;
 mod listens_edges;
 mod listens_resume;
