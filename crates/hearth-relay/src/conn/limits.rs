@@ -13,13 +13,17 @@ use crate::config::Config;
 
 /// At most `max` holders per key at once.
 pub(crate) struct KeyedLimit<K: Eq + Hash> {
+    /// Most holders per key.
     max: usize,
+    /// Holders per key; a key is removed when its last holder is dropped.
     counts: Arc<Mutex<HashMap<K, usize>>>,
 }
 
 /// One place under a [`KeyedLimit`], given back on drop.
 pub(crate) struct Held<K: Eq + Hash> {
+    /// The key held (taken on drop).
     key: Option<K>,
+    /// The counts of the limit it was taken from.
     counts: Arc<Mutex<HashMap<K, usize>>>,
 }
 
