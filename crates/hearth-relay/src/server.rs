@@ -75,6 +75,8 @@ pub async fn run(
             },
             _ = &mut shutdown => break,
         };
+        // Reap finished HTTP connections so the set stays small.
+        while http.try_join_next().is_some() {}
         // Past `--max-pending-connections`, a connection is closed at once: nothing of it
         // is read, nothing is spawned for it.
         let Ok(permit) = pending.clone().try_acquire_owned() else {
@@ -122,7 +124,6 @@ pub async fn run(
             // The pending permit (if the connection did not upgrade) is given back here.
             drop(slot);
         });
-        while http.try_join_next().is_some() {}
     }
     // New connections are refused from here on.
     drop(listener);

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::config::Config;
@@ -86,9 +86,26 @@ impl<K: Eq + Hash> Drop for Held<K> {
     }
 }
 
+/// The key a client address counts under: an IPv4 address (IPv4-mapped IPv6 ones too)
+/// as it is, an IPv6 address by its /64 prefix, since one client commonly holds a whole /64
+/// and could otherwise pick a fresh address per connection.
+pub(crate) fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
 /// The relay's keyed connection limits.
 pub(crate) struct Limits {
-    /// WebSocket connections per client IP address, counted at the upgrade.
+    /// WebSocket connections per client IP address ([`address_key`]), counted at the
+    /// upgrade.
     pub(crate) address: KeyedLimit<IpAddr>,
     /// Connections per database, counted once the `Hello` is verified.
     pub(crate) database: KeyedLimit<String>,
@@ -123,6 +140,15 @@ mod tests {
         let a3 = l.try_hold("a").unwrap();
         drop((a2, a3, b));
         assert_eq!(l.keys(), 0, "emptied keys are removed");
+    }
+
+    #[test]
+    fn ipv6_addresses_count_by_their_64_prefix() {
+        let key = |s: &str| address_key(s.parse().unwrap());
+        assert_eq!(key("192.0.2.7"), key("::ffff:192.0.2.7"));
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), key("2001:db8:1:2:bbbb::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
     }
 
     #[test]

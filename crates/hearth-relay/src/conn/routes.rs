@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::limits::Limits;
+use super::limits::{address_key, Limits};
 use super::{Connection, Held};
 use crate::state::Relay;
 
@@ -217,7 +217,7 @@ async fn upgrade(
         );
         return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
     };
-    let Some(address) = s.limits.address.try_hold(peer.ip()) else {
+    let Some(address) = s.limits.address.try_hold(address_key(peer.ip())) else {
         metrics.connection_refused("address");
         let max = s.limits.address.max();
         let msg = format!("too many connections from your address: {max} are open, the relay's limit (--max-connections-per-address {max})\n");
