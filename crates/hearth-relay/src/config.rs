@@ -32,14 +32,15 @@ pub struct Config {
     /// Most concurrent connections to one database; a `Hello` past it is refused with
     /// `resource-exhausted`.
     pub max_connections_per_database: usize,
-    /// Most concurrent connections whose verified tokens name the same subject (`sub`);
-    /// connections without one are not counted.
+    /// Most concurrent connections whose verified tokens name the same subject (`sub`, or
+    /// Firebase's `user_id`: the `uid`); connections without one are not counted.
     pub max_connections_per_subject: usize,
     /// Most accepted TCP connections still speaking HTTP (not yet upgraded); a connection
     /// past it is closed at once.
     pub max_pending_connections: usize,
     /// How long an HTTP connection may take to send a request's headers; an HTTP connection
-    /// is asked to close this long after it was accepted (upgraded ones are not).
+    /// is asked to close this long after it was accepted, and cut at twice it (upgraded ones
+    /// are not).
     pub http_deadline: Duration,
     /// Most listens (targets) one connection may have at once; more are refused with
     /// `resource-exhausted`.

@@ -93,8 +93,9 @@ struct ServeArgs {
         default_value_t = 10_000
     )]
     max_connections_per_database: usize,
-    /// Most concurrent connections whose tokens name the same subject (`sub`; further
-    /// Hellos: resource-exhausted). Connections without a subject are not counted.
+    /// Most concurrent connections whose tokens name the same subject (`sub`, or Firebase's
+    /// `user_id`; further Hellos: resource-exhausted). Connections without one are not
+    /// counted.
     #[arg(
         long,
         env = "HEARTH_MAX_CONNECTIONS_PER_SUBJECT",
@@ -106,7 +107,8 @@ struct ServeArgs {
     #[arg(long, env = "HEARTH_MAX_PENDING_CONNECTIONS", default_value_t = 1024)]
     max_pending_connections: usize,
     /// How long, in milliseconds, an HTTP connection may take to send its request headers;
-    /// an HTTP connection not upgraded by then is closed (idle) or asked to close.
+    /// one not upgraded by then is closed when idle, else after its response, and cut at
+    /// twice this.
     #[arg(long, env = "HEARTH_HTTP_DEADLINE_MS", default_value_t = 10_000)]
     http_deadline_ms: u64,
     /// Most listens one connection may have at once (further ones: resource-exhausted).
