@@ -102,6 +102,11 @@ fn spawn_relay(bin: PathBuf) -> Result<Relay> {
     let mut child = Command::new(&bin)
         .args(["serve", "--addr", "127.0.0.1:0", "--data"])
         .arg(dir.join("data"))
+        // The load generator is one client address opening up to tens of thousands of
+        // connections to one database: far past the relay's per-address and per-database
+        // defaults, which are meant for untrusted browsers.
+        .args(["--max-connections-per-address", "1000000"])
+        .args(["--max-connections-per-database", "1000000"])
         .env(
             "HEARTH_LOG",
             std::env::var("HEARTH_LOG").unwrap_or("warn".into()),

@@ -45,6 +45,10 @@ pub struct AuthContext {
     /// All claims of a verified token (`request.auth.token`); `Value::Null` when auth is
     /// disabled, because unverified claims must not reach the rules.
     pub claims: Value,
+    /// The databases the token may open (its `databases` claim: a name or an array of
+    /// names, `"*"` meaning any); `None` when it has no such claim (or auth is disabled),
+    /// and the relay's `--databases` policy alone decides.
+    pub databases: Option<Vec<String>>,
 }
 
 impl AuthContext {
@@ -54,7 +58,29 @@ impl AuthContext {
             uid: None,
             expires_at: None,
             claims: Value::Null,
+            databases: None,
         }
+    }
+
+    /// Whether the token lets its holder open database `name` (its `databases` claim lists
+    /// it or `"*"`, or it has no such claim).
+    pub fn may_open(&self, name: &str) -> bool {
+        self.databases
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|d| d == "*" || d == name))
+    }
+
+    /// Why the token may not open database `name` (a message for the client), or `None`
+    /// when it may.
+    pub fn database_denied(&self, name: &str) -> Option<String> {
+        if self.may_open(name) {
+            return None;
+        }
+        let allowed = self.databases.as_deref().unwrap_or_default();
+        Some(format!(
+            "this auth token may not open database `{name}`: its `databases` claim allows only [{}]",
+            allowed.join(", ")
+        ))
     }
 }
 
@@ -227,12 +253,29 @@ impl Authenticator {
             ),
             (None, None) => None,
         };
+        let databases = match claims.get("databases") {
+            None => None,
+            Some(Value::String(name)) => Some(vec![name.clone()]),
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(databases_invalid)?,
+            ),
+            Some(_) => return Err(databases_invalid()),
+        };
         Ok(AuthContext {
             uid,
             expires_at,
             claims,
+            databases,
         })
     }
+}
+
+fn databases_invalid() -> AuthError {
+    AuthError::Invalid("databases is not a database name or an array of names".into())
 }
 
 /// Mints an HS256 token for `sub` expiring at `exp_unix`. For tests and the benchmark.
@@ -428,6 +471,41 @@ HExc3XjxH3Y/+6XrwOwsrqItmkyH0l2co7X4l2T41G7Wvez2+tOOzDNt0A==
             auth.verify(&token, NOW).unwrap_err(),
             AuthError::Expired { expired_at: NOW }
         );
+    }
+
+    #[test]
+    fn databases_claim_limits_what_a_token_opens() {
+        let auth = Authenticator::hs256(SECRET);
+        let ctx = |claims: Value| auth.verify(&mint(claims), NOW);
+        let none = ctx(serde_json::json!({ "sub": "a" })).unwrap();
+        assert_eq!(none.databases, None);
+        assert!(none.may_open("anything"));
+        let list = ctx(serde_json::json!({ "databases": ["a", "c"] })).unwrap();
+        assert!(list.may_open("a") && list.may_open("c") && !list.may_open("b"));
+        assert_eq!(
+            list.database_denied("b").unwrap(),
+            "this auth token may not open database `b`: its `databases` claim allows only [a, c]"
+        );
+        assert_eq!(list.database_denied("a"), None);
+        let one = ctx(serde_json::json!({ "databases": "a" })).unwrap();
+        assert_eq!(one.databases, Some(vec!["a".to_owned()]));
+        assert!(one.may_open("a") && !one.may_open("b"));
+        let any = ctx(serde_json::json!({ "databases": "*" })).unwrap();
+        assert!(any.may_open("b"));
+        let nothing = ctx(serde_json::json!({ "databases": [] })).unwrap();
+        assert!(!nothing.may_open("a"));
+        for bad in [
+            serde_json::json!({ "databases": 7 }),
+            serde_json::json!({ "databases": ["a", 7] }),
+            serde_json::json!({ "databases": { "a": true } }),
+        ] {
+            assert!(is_invalid(ctx(bad.clone())), "{bad}");
+        }
+        // Unverified claims are not trusted: with auth disabled nothing is limited.
+        let open = Authenticator::disabled()
+            .verify(&mint(serde_json::json!({ "databases": ["a"] })), NOW)
+            .unwrap();
+        assert!(open.may_open("b"));
     }
 
     #[test]

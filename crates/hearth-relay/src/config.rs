@@ -33,6 +33,22 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     /// Most concurrent connections.
     pub max_connections: usize,
+    /// Most concurrent WebSocket connections from one client IP address; more are refused
+    /// at the upgrade with HTTP 503.
+    pub max_connections_per_address: usize,
+    /// Most concurrent connections to one database; a `Hello` past it is refused with
+    /// `resource-exhausted`.
+    pub max_connections_per_database: usize,
+    /// Most concurrent connections whose verified tokens name the same subject (`sub`, or
+    /// Firebase's `user_id`: the `uid`); connections without one are not counted.
+    pub max_connections_per_subject: usize,
+    /// Most accepted TCP connections still speaking HTTP (not yet upgraded); a connection
+    /// past it is closed at once.
+    pub max_pending_connections: usize,
+    /// How long an HTTP connection may take to send a request's headers; an HTTP connection
+    /// is asked to close this long after it was accepted, and cut at twice it (upgraded ones
+    /// are not).
+    pub http_deadline: Duration,
     /// Most listens (targets) one connection may have at once; more are refused with
     /// `resource-exhausted`.
     pub max_listens_per_connection: usize,
@@ -65,6 +81,11 @@ impl Config {
             max_inflight_write_bytes_per_connection: 32 << 20,
             max_outbound_bytes: 32 << 20,
             max_connections: 19_000,
+            max_connections_per_address: 512,
+            max_connections_per_database: 10_000,
+            max_connections_per_subject: 256,
+            max_pending_connections: 1024,
+            http_deadline: Duration::from_secs(10),
             max_listens_per_connection: 1_000,
             metrics_token: None,
             static_dir: None,

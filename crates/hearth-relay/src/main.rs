@@ -93,6 +93,39 @@ struct ServeArgs {
     /// Most concurrent WebSocket connections.
     #[arg(long, env = "HEARTH_MAX_CONNECTIONS", default_value_t = 19_000)]
     max_connections: usize,
+    /// Most concurrent WebSocket connections from one client IP address (further upgrades:
+    /// HTTP 503).
+    #[arg(
+        long,
+        env = "HEARTH_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 512
+    )]
+    max_connections_per_address: usize,
+    /// Most concurrent connections to one database (further Hellos: resource-exhausted).
+    #[arg(
+        long,
+        env = "HEARTH_MAX_CONNECTIONS_PER_DATABASE",
+        default_value_t = 10_000
+    )]
+    max_connections_per_database: usize,
+    /// Most concurrent connections whose tokens name the same subject (`sub`, or Firebase's
+    /// `user_id`; further Hellos: resource-exhausted). Connections without one are not
+    /// counted.
+    #[arg(
+        long,
+        env = "HEARTH_MAX_CONNECTIONS_PER_SUBJECT",
+        default_value_t = 256
+    )]
+    max_connections_per_subject: usize,
+    /// Most accepted connections still speaking HTTP (not yet WebSocket); one past it is
+    /// closed at once.
+    #[arg(long, env = "HEARTH_MAX_PENDING_CONNECTIONS", default_value_t = 1024)]
+    max_pending_connections: usize,
+    /// How long, in milliseconds, an HTTP connection may take to send its request headers;
+    /// one not upgraded by then is closed when idle, else after its response, and cut at
+    /// twice this.
+    #[arg(long, env = "HEARTH_HTTP_DEADLINE_MS", default_value_t = 10_000)]
+    http_deadline_ms: u64,
     /// Most listens one connection may have at once (further ones: resource-exhausted).
     #[arg(
         long,
@@ -199,6 +232,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_outbound_bytes = args.max_outbound_bytes.max(64 << 10);
     config.max_connections = args.max_connections.max(1);
     config.max_listens_per_connection = args.max_listens_per_connection.max(1);
+    config.max_connections_per_address = args.max_connections_per_address.max(1);
+    config.max_connections_per_database = args.max_connections_per_database.max(1);
+    config.max_connections_per_subject = args.max_connections_per_subject.max(1);
+    config.max_pending_connections = args.max_pending_connections.max(1);
+    config.http_deadline = Duration::from_millis(args.http_deadline_ms.max(100));
     config.metrics_token = args.metrics_token.clone().filter(|t| !t.is_empty());
     config.static_dir = args.static_dir.clone();
     if let Some(names) = &args.databases {

@@ -50,6 +50,9 @@ pub struct Metrics {
     databases: Mutex<BTreeMap<String, DatabaseSeries>>,
     /// Protocol errors by kind. The static key bounds the number of series.
     protocol_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// Connections refused by a connection limit, by reason. The static key bounds the
+    /// number of series.
+    connections_refused: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// The series of one database.
@@ -135,6 +138,7 @@ impl Metrics {
             slow_consumers_dropped: AtomicU64::new(0),
             databases: Mutex::new(BTreeMap::new()),
             protocol_errors: Mutex::new(BTreeMap::new()),
+            connections_refused: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -214,6 +218,12 @@ impl Metrics {
     /// A client sent something the protocol does not allow; `kind` names the error class.
     pub fn protocol_error(&self, kind: &'static str) {
         *lock(&self.protocol_errors).entry(kind).or_insert(0) += 1;
+    }
+
+    /// A connection was refused by a limit; `reason` names it (`pending`, `connections`,
+    /// `address`, `database`, `subject`, `hello_size`).
+    pub fn connection_refused(&self, reason: &'static str) {
+        *lock(&self.connections_refused).entry(reason).or_insert(0) += 1;
     }
 
     /// All metrics in the Prometheus text exposition format 0.0.4
@@ -306,6 +316,20 @@ impl Metrics {
                 &mut out,
                 "hearth_protocol_errors_total",
                 &[("kind", kind)],
+                n,
+            );
+        }
+        family(
+            &mut out,
+            "hearth_connections_refused_total",
+            "Connections refused by a connection limit, by reason.",
+            "counter",
+        );
+        for (reason, n) in lock(&self.connections_refused).iter() {
+            sample(
+                &mut out,
+                "hearth_connections_refused_total",
+                &[("reason", reason)],
                 n,
             );
         }

@@ -5,7 +5,11 @@
 //! Each connection is served by hyper's HTTP/1 server directly (not `axum::serve`), so an
 //! upgraded WebSocket gets its bare TCP socket back ([`crate::outbound`] writes frames in
 //! place). A semaphore caps the WebSocket connections; when all its permits are back, every
-//! connection has finished.
+//! connection has finished. Another caps the connections still speaking HTTP
+//! (`--max-pending-connections`; one past it is closed at once), and each of those has
+//! `--http-deadline-ms` to send its request headers and is asked to close (idle ones at
+//! once) that long after it was accepted unless it upgraded, so slowloris-style clients
+//! cannot hold sockets.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::conn;
+use crate::conn::PendingSlot;
 use crate::retention::prune;
 use crate::state::{Relay, RelayError};
 use crate::store::Store;
@@ -35,6 +40,10 @@ pub async fn run(
     let max = relay.config().max_connections;
     let slots = Arc::new(tokio::sync::Semaphore::new(max));
     let app = conn::router(relay.clone(), stop_rx.clone(), slots.clone());
+    let pending = Arc::new(tokio::sync::Semaphore::new(
+        relay.config().max_pending_connections,
+    ));
+    let deadline = relay.config().http_deadline;
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(%addr, "hearth-relay listening");
     let prune_relay = relay.clone();
@@ -66,6 +75,16 @@ pub async fn run(
             },
             _ = &mut shutdown => break,
         };
+        // Reap finished HTTP connections so the set stays small.
+        while http.try_join_next().is_some() {}
+        // Past `--max-pending-connections`, a connection is closed at once: nothing of it
+        // is read, nothing is spawned for it.
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            relay.metrics().connection_refused("pending");
+            drop(tcp);
+            continue;
+        };
+        let slot = PendingSlot::new(permit);
         // Small replies must not wait for the peer's delayed ACK (Nagle).
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
@@ -74,14 +93,16 @@ pub async fn run(
         let mut stop = stop_rx.clone();
         http.spawn(async move {
             let svc = hyper_util::service::TowerToHyperService::new(app);
+            let request_slot = slot.clone();
             let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
                 req.extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
+                req.extensions_mut().insert(request_slot.clone());
                 hyper::service::Service::call(&svc, req)
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
+                .header_read_timeout(deadline)
                 .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
                 .with_upgrades();
             tokio::pin!(conn);
@@ -89,13 +110,20 @@ pub async fn run(
                 r = conn.as_mut() => if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "HTTP connection ended");
                 },
+                // Still HTTP at the deadline: an idle connection closes at once, one in a
+                // request after its response; one still there at twice the deadline is cut.
+                _ = tokio::time::sleep(deadline) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(deadline, conn).await;
+                }
                 _ = async { stop.wait_for(|s| *s).await.is_ok() } => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
             }
+            // The pending permit (if the connection did not upgrade) is given back here.
+            drop(slot);
         });
-        while http.try_join_next().is_some() {}
     }
     // New connections are refused from here on.
     drop(listener);

@@ -108,7 +108,25 @@ impl Connection {
                 ));
             }
             ClientMessage::Auth { token } => match self.relay.auth().verify(&token, now_unix()) {
-                Ok(a) => self.auth = a,
+                Ok(a) => {
+                    // The new token must allow the connection's database (its `databases`
+                    // claim), and a new subject needs room under its connection limit:
+                    // otherwise the connection ends, as for a refused token.
+                    if let Some(msg) = a.database_denied(self.db.name()) {
+                        self.send(&error(0, 0, ErrorCode::PermissionDenied, msg));
+                        return false;
+                    }
+                    if a.uid != self.auth.uid {
+                        match super::hold_subject(&self.relay, &self.limits, &a) {
+                            Ok(held) => self.held.subject = held,
+                            Err(msg) => {
+                                self.send(&error(0, 0, ErrorCode::ResourceExhausted, msg));
+                                return false;
+                            }
+                        }
+                    }
+                    self.auth = a;
+                }
                 Err(e) => {
                     // A refused token ends the connection (protocol §2.2): the old identity
                     // does not stay in force behind it.

@@ -3,21 +3,32 @@
 //! close) and the drain on shutdown. The HTTP routes and the handshake that lead here are
 //! `routes`.
 //!
+//! Until its `Hello` is verified, a connection's first frame is read here, by hand, and may
+//! have at most [`MAX_HELLO_FRAME_BYTES`]; the WebSocket reader (with the protocol's
+//! `MAX_FRAME_BYTES`) takes over after it. The keyed connection limits are `limits`;
+//! everything a connection holds is given back by one guard ([`Held`]) on every exit path.
+//!
 //! Architecture invariant: nothing a client sends can panic the relay or disturb another
 //! connection: undecodable or oversized frames end only their own connection, with a typed
 //! error first.
 
 mod dispatch;
+mod limits;
 mod routes;
 
-use std::net::SocketAddr;
+use std::io::Cursor;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
@@ -32,7 +43,14 @@ use hearth_core::protocol::{
     ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, PROTOCOL_VERSION,
 };
 
+use limits::Limits;
 pub use routes::router;
+pub(crate) use routes::PendingSlot;
+
+/// The most bytes the first frame (the `Hello`) may have: enough for a `Hello` with a large
+/// token. Until the `Hello` is verified nothing larger is read; a larger frame is refused
+/// with `resource-exhausted` from its header alone.
+pub const MAX_HELLO_FRAME_BYTES: usize = 64 << 10;
 
 fn now_unix() -> u64 {
     SystemTime::now()
@@ -65,9 +83,6 @@ async fn until_expiry(exp: Option<u64>) {
     }
 }
 
-/// The client's WebSocket: its reader over the socket's read half.
-type ClientStream = WebSocketStream<WsIo>;
-
 /// One open connection, as its request dispatch sees it.
 struct Connection {
     /// The relay whose store, committer and metrics the requests use.
@@ -90,30 +105,206 @@ struct Connection {
     /// Bytes of the write frames not yet acknowledged (each acknowledgement task gives its
     /// share back when it ends, however it ends).
     write_bytes: Arc<std::sync::atomic::AtomicUsize>,
+    /// The keyed connection limits (an `Auth` of another subject moves the subject's place).
+    limits: Arc<Limits>,
+    /// What the connection holds, given back when it ends, however it ends.
+    held: Held,
 }
 
-/// Sends `reply` and closes: the end of a connection refused at its handshake.
-async fn refuse(out: &Outbound, reply: Bytes) {
+/// Everything one WebSocket connection holds: its `--max-connections` permit, its places
+/// under the keyed limits, and (once open) its listen targets in its database's fan-out.
+/// Dropping it gives all of it back and records the connection closed, on every exit path:
+/// a return, an early refusal, or a panic in a request handler (the task's future is
+/// dropped), so nothing leaks past the connection.
+pub(crate) struct Held {
+    /// Whose metrics record the connection closed.
+    relay: Arc<Relay>,
+    /// The connection's `--max-connections` permit.
+    _slot: OwnedSemaphorePermit,
+    /// Its place under `--max-connections-per-address`.
+    _address: limits::Held<IpAddr>,
+    /// Its place under `--max-connections-per-database`, once the `Hello` is verified.
+    database: Option<limits::Held<String>>,
+    /// Its place under `--max-connections-per-subject` while its token names a subject.
+    subject: Option<limits::Held<String>>,
+    /// The database and connection id whose fan-out targets are dropped at the end.
+    targets: Option<(Arc<Database>, u64)>,
+}
+
+impl Held {
+    /// An upgraded connection holding `slot` and its client address's place: recorded open
+    /// now, closed when this is dropped.
+    fn open(relay: Arc<Relay>, slot: OwnedSemaphorePermit, address: limits::Held<IpAddr>) -> Held {
+        relay.metrics().connection_opened();
+        Held {
+            relay,
+            _slot: slot,
+            _address: address,
+            database: None,
+            subject: None,
+            targets: None,
+        }
+    }
+
+    /// Drops the connection's listen targets from the fan-out (once) and counts them stopped.
+    fn drop_targets(&mut self) {
+        if let Some((db, id)) = self.targets.take() {
+            let n = db.fanout().drop_connection(id);
+            for _ in 0..n {
+                self.relay.metrics().listen_stopped(db.name());
+            }
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.drop_targets();
+        self.relay.metrics().connection_closed();
+    }
+}
+
+/// Sends `reply` and closes: the end of a connection refused at its handshake. The write
+/// side is shut, and what the client still sends is read and discarded for at most a
+/// second, so the error is not lost to a reset (closing with unread input resets).
+async fn refuse(out: &Outbound, read: &mut OwnedReadHalf, reply: Bytes) {
     out.send(reply);
     out.close(false);
     let _ = tokio::time::timeout(CLOSE_FLUSH, out.flush()).await;
+    out.shutdown_write();
+    discard_input(read).await;
 }
 
-/// The connection's `Hello`: the first frame must be one, within ten seconds, naming a
-/// protocol version this relay speaks, a valid database and client id, and a token that
-/// verifies. The database, client id and auth context; `None` when the connection was
-/// refused (with a typed error) or ended first.
-async fn hello(
-    relay: &Relay,
-    out: &Outbound,
-    stream: &mut ClientStream,
-) -> Option<(Arc<Database>, String, AuthContext)> {
-    let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
-    let hello = match first {
-        Ok(Some(Ok(Message::Binary(b)))) => decode_client(&b),
-        _ => return None,
+/// Reads and drops what the client still sends until it closes, for at most a second.
+async fn discard_input(read: &mut OwnedReadHalf) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut sink = [0u8; 4096];
+        while matches!(read.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+/// How a connection's first frame ended.
+enum FirstFrame {
+    /// The payload of a binary frame, and the bytes read past it.
+    Binary(Vec<u8>, Vec<u8>),
+    /// Refused: the error to send.
+    Refused(ErrorCode, String),
+    /// The client closed, or sent a Close, first.
+    Ended,
+}
+
+/// Reads the connection's first WebSocket frame from `read` (after `buf`, what the HTTP
+/// server read past the handshake), buffering at most [`MAX_HELLO_FRAME_BYTES`] of payload:
+/// a larger one is refused from its header, before its payload is read. It must be a
+/// single masked binary frame; a `Hello` is never fragmented.
+async fn read_first_frame(read: &mut OwnedReadHalf, mut buf: Vec<u8>) -> FirstFrame {
+    let mut chunk = [0u8; 8192];
+    let (start, len) = loop {
+        let mut cursor = Cursor::new(&buf[..]);
+        match FrameHeader::parse(&mut cursor) {
+            Ok(Some((h, len))) => {
+                let refuse = |code, msg: &str| FirstFrame::Refused(code, msg.to_owned());
+                match h.opcode {
+                    OpCode::Data(Data::Binary) => {}
+                    OpCode::Control(Control::Close) => return FirstFrame::Ended,
+                    _ => {
+                        return refuse(
+                            ErrorCode::FailedPrecondition,
+                            "the first message must be a Hello (one binary frame)",
+                        )
+                    }
+                }
+                if h.rsv1 || h.rsv2 || h.rsv3 || h.mask.is_none() {
+                    return refuse(
+                        ErrorCode::InvalidArgument,
+                        "bad frame: client frames are masked and use no extension bits",
+                    );
+                }
+                if !h.is_final {
+                    return refuse(
+                        ErrorCode::InvalidArgument,
+                        "the Hello must be a single unfragmented frame",
+                    );
+                }
+                if len > MAX_HELLO_FRAME_BYTES as u64 {
+                    return FirstFrame::Refused(
+                        ErrorCode::ResourceExhausted,
+                        format!("the first frame has {len} bytes; until the Hello is verified a frame may have at most {MAX_HELLO_FRAME_BYTES}"),
+                    );
+                }
+                let start = cursor.position() as usize;
+                let mask = h.mask.unwrap_or_default();
+                break (start, (len as usize, mask));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return FirstFrame::Refused(ErrorCode::InvalidArgument, format!("bad frame: {e}"))
+            }
+        }
+        match read.read(&mut chunk).await {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return FirstFrame::Ended,
+        }
     };
-    let reject = |code, msg: String| Bytes::from(encode_server(&error(0, 0, code, msg)));
+    let (len, mask) = len;
+    let end = start + len;
+    while buf.len() < end {
+        let want = (end - buf.len()).min(chunk.len());
+        match read.read(&mut chunk[..want]).await {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return FirstFrame::Ended,
+        }
+    }
+    let rest = buf.split_off(end);
+    let mut payload = buf.split_off(start);
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    FirstFrame::Binary(payload, rest)
+}
+
+/// What a verified `Hello` opened.
+struct Opened {
+    /// The database the `Hello` named.
+    db: Arc<Database>,
+    /// The client's id from the `Hello`.
+    client_id: String,
+    /// Who the token says the client is.
+    auth: AuthContext,
+    /// The connection's places under the database and subject limits.
+    database: limits::Held<String>,
+    subject: Option<limits::Held<String>>,
+    /// Bytes the client sent past the `Hello`.
+    rest: Vec<u8>,
+}
+
+/// The connection's `Hello`: the first frame must be one, within ten seconds and at most
+/// [`MAX_HELLO_FRAME_BYTES`], naming a protocol version this relay speaks, a valid database
+/// (one its token's `databases` claim allows) and client id, and a token that verifies; the
+/// database and the token's subject must be under their connection limits. `Err` when the
+/// connection is refused: the typed error to send, or `None` when it ended first.
+async fn hello(
+    relay: &Arc<Relay>,
+    limits: &Limits,
+    read: &mut OwnedReadHalf,
+    read_buf: Vec<u8>,
+) -> Result<Opened, Option<Bytes>> {
+    let reject = |code, msg: String| Some(Bytes::from(encode_server(&error(0, 0, code, msg))));
+    let first =
+        tokio::time::timeout(Duration::from_secs(10), read_first_frame(read, read_buf)).await;
+    let (hello, rest) = match first {
+        Ok(FirstFrame::Binary(b, rest)) => (decode_client(&b), rest),
+        Ok(FirstFrame::Refused(code, msg)) => {
+            if code == ErrorCode::ResourceExhausted {
+                relay.metrics().connection_refused("hello_size");
+            } else {
+                relay.metrics().protocol_error("transport");
+            }
+            return Err(reject(code, msg));
+        }
+        Ok(FirstFrame::Ended) | Err(_) => return Err(None),
+    };
     let (database, client_id, token) = match hello {
         Ok(ClientMessage::Hello {
             protocol_version,
@@ -123,36 +314,45 @@ async fn hello(
         }) => {
             if protocol_version != PROTOCOL_VERSION {
                 let msg = format!("protocol version {protocol_version} is not supported; this relay speaks {PROTOCOL_VERSION}");
-                refuse(out, reject(ErrorCode::FailedPrecondition, msg)).await;
-                return None;
+                return Err(reject(ErrorCode::FailedPrecondition, msg));
             }
             (database, client_id, token)
         }
         Ok(_) => {
             let msg = "the first message must be a Hello".into();
-            refuse(out, reject(ErrorCode::FailedPrecondition, msg)).await;
-            return None;
+            return Err(reject(ErrorCode::FailedPrecondition, msg));
         }
         Err(e) => {
             relay.metrics().protocol_error("malformed");
             let msg = format!("malformed frame: {e}");
-            refuse(out, reject(ErrorCode::InvalidArgument, msg)).await;
-            return None;
+            return Err(reject(ErrorCode::InvalidArgument, msg));
         }
     };
     if !valid_database_name(&database) || client_id.is_empty() || client_id.len() > 256 {
         let msg = format!("invalid database name `{database}` or client id: a database name is 1 to 64 of [A-Za-z0-9_-], a client id 1 to 256 bytes");
-        refuse(out, reject(ErrorCode::InvalidArgument, msg)).await;
-        return None;
+        return Err(reject(ErrorCode::InvalidArgument, msg));
     }
     let auth = match relay.auth().verify(&token, now_unix()) {
         Ok(a) => a,
-        Err(e) => {
-            refuse(out, reject(ErrorCode::Unauthenticated, e.to_string())).await;
-            return None;
-        }
+        Err(e) => return Err(reject(ErrorCode::Unauthenticated, e.to_string())),
     };
-    let db = match relay.database(&database) {
+    // Before the database is looked up (or created): the token's claim may forbid it.
+    if let Some(msg) = auth.database_denied(&database) {
+        return Err(reject(ErrorCode::PermissionDenied, msg));
+    }
+    // Opening a database the relay does not hold yet writes to the store: off the
+    // runtime's workers, so a Hello waiting behind a long commit holds up no one else.
+    let opening = {
+        let (relay, database) = (relay.clone(), database.clone());
+        tokio::task::spawn_blocking(move || relay.database(&database)).await
+    };
+    let Ok(opening) = opening else {
+        return Err(reject(
+            ErrorCode::Internal,
+            "opening the database failed".into(),
+        ));
+    };
+    let db = match opening {
         Ok(db) => db,
         Err(e) => {
             let code = match e {
@@ -160,11 +360,47 @@ async fn hello(
                 DatabaseError::TooMany { .. } => ErrorCode::ResourceExhausted,
                 DatabaseError::Store(_) => ErrorCode::Unavailable,
             };
-            refuse(out, reject(code, e.to_string())).await;
-            return None;
+            return Err(reject(code, e.to_string()));
         }
     };
-    Some((db, client_id, auth))
+    let Some(database_held) = limits.database.try_hold(database.clone()) else {
+        relay.metrics().connection_refused("database");
+        let max = limits.database.max();
+        let msg = format!("database `{database}` has {max} connections, the relay's limit (--max-connections-per-database {max}): retry later");
+        return Err(reject(ErrorCode::ResourceExhausted, msg));
+    };
+    let subject = match hold_subject(relay, limits, &auth) {
+        Ok(s) => s,
+        Err(msg) => return Err(reject(ErrorCode::ResourceExhausted, msg)),
+    };
+    Ok(Opened {
+        db,
+        client_id,
+        auth,
+        database: database_held,
+        subject,
+        rest,
+    })
+}
+
+/// A place under the subject limit for `auth`'s subject (none without one), or the
+/// `resource-exhausted` message when it has no room.
+fn hold_subject(
+    relay: &Relay,
+    limits: &Limits,
+    auth: &AuthContext,
+) -> Result<Option<limits::Held<String>>, String> {
+    let Some(uid) = &auth.uid else {
+        return Ok(None);
+    };
+    match limits.subject.try_hold(uid.clone()) {
+        Some(h) => Ok(Some(h)),
+        None => {
+            relay.metrics().connection_refused("subject");
+            let max = limits.subject.max();
+            Err(format!("the token's subject `{uid}` has {max} connections, the relay's limit (--max-connections-per-subject {max}): close one before opening another"))
+        }
+    }
 }
 
 impl Connection {
@@ -173,19 +409,38 @@ impl Connection {
     /// the relay is shutting down; then drains it.
     async fn serve(
         relay: Arc<Relay>,
+        limits: Arc<Limits>,
+        mut held: Held,
         tcp: TcpStream,
         read_buf: Bytes,
         mut stop: watch::Receiver<bool>,
         peer: SocketAddr,
     ) {
         let id = relay.next_connection_id();
-        let (read, write) = tcp.into_split();
+        let (mut read, write) = tcp.into_split();
         let out = Outbound::new(
             id,
             write,
             relay.config().max_outbound_bytes,
             relay.metrics().clone(),
         );
+        let opened = match hello(&relay, &limits, &mut read, read_buf.to_vec()).await {
+            Ok(o) => o,
+            Err(Some(reply)) => return refuse(&out, &mut read, reply).await,
+            Err(None) => return,
+        };
+        let Opened {
+            db,
+            client_id,
+            auth,
+            database,
+            subject,
+            rest,
+        } = opened;
+        held.database = Some(database);
+        held.subject = subject;
+        held.targets = Some((db.clone(), id));
+        // The Hello is verified: the protocol's frame limit applies from here on.
         let config = WebSocketConfig::default()
             .max_message_size(Some(MAX_FRAME_BYTES))
             .max_frame_size(Some(MAX_FRAME_BYTES))
@@ -195,14 +450,11 @@ impl Connection {
                 read,
                 out: out.clone(),
             },
-            read_buf.to_vec(),
+            rest,
             Role::Server,
             Some(config),
         )
         .await;
-        let Some((db, client_id, auth)) = hello(&relay, &out, &mut stream).await else {
-            return;
-        };
         let welcome = ServerMessage::Welcome {
             protocol_version: PROTOCOL_VERSION,
             version: db.fanout().published(),
@@ -223,6 +475,8 @@ impl Connection {
             out: out.clone(),
             writes: tokio::task::JoinSet::new(),
             write_bytes: Arc::default(),
+            limits,
+            held,
         };
         let overflow = out.overflow();
         tokio::pin!(overflow);
@@ -279,12 +533,18 @@ impl Connection {
                 break;
             }
         }
-        // Drain: acknowledge every write already submitted, then close.
-        while conn.writes.join_next().await.is_some() {}
-        let n = db.fanout().drop_connection(id);
-        for _ in 0..n {
-            relay.metrics().listen_stopped(db.name());
+        // Drain: acknowledge every write already submitted, then close; a commit that
+        // takes longer than DRAIN_WRITES is left unanswered (the client's retry of the
+        // batch gets its answer from the batch record).
+        let drained = tokio::time::timeout(DRAIN_WRITES, async {
+            while conn.writes.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(conn = id, "closing with writes still unacknowledged");
+            conn.writes.abort_all();
         }
+        conn.held.drop_targets();
         let _ = closing_tx.send(peer_closed);
         let _ = flusher.await;
         if !peer_closed && !out.is_overflowed() {
@@ -292,14 +552,7 @@ impl Connection {
             // most a second): closing a socket with unread input resets the connection,
             // and the client could lose the error and Close frames just written.
             out.shutdown_write();
-            let read = &mut stream.get_mut().read;
-            let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                let mut sink = [0u8; 4096];
-                while matches!(tokio::io::AsyncReadExt::read(read, &mut sink).await, Ok(n) if n > 0)
-                {
-                }
-            })
-            .await;
+            discard_input(&mut stream.get_mut().read).await;
         }
         tracing::debug!(conn = id, "connection closed");
     }
@@ -326,6 +579,9 @@ impl Connection {
         }
     }
 }
+
+/// How long a closing connection waits for its writes' acknowledgements.
+const DRAIN_WRITES: Duration = Duration::from_secs(20);
 
 /// How long a closing connection may take to write what is left.
 const CLOSE_FLUSH: Duration = Duration::from_secs(5);
@@ -395,4 +651,89 @@ async fn flusher(
         CLOSE_FLUSH
     };
     let _ = tokio::time::timeout(limit, out.flush()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Authenticator;
+    use crate::config::Config;
+    use crate::fanout::Start;
+    use hearth_core::path::CollectionPath;
+    use hearth_core::query::model::Query;
+    use hearth_core::query::validate::validate;
+
+    fn gauge(relay: &Relay, sample: &str) -> f64 {
+        let text = relay.metrics().render();
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// A panic in the middle of a connection's task (as a request handler's would be) gives
+    /// back everything the connection held: its `--max-connections` permit, its places under
+    /// the keyed limits, its fan-out targets, and the open-connections and listens gauges.
+    #[tokio::test]
+    async fn a_panicking_connection_task_leaks_nothing() {
+        let dir = std::env::temp_dir().join(format!(
+            "hearth-relay-held-{}-{}",
+            std::process::id(),
+            now_unix()
+        ));
+        let relay = Relay::start(Config::new(dir.clone()), Authenticator::disabled()).unwrap();
+        let limits = Arc::new(Limits::new(relay.config()));
+        let slots = Arc::new(tokio::sync::Semaphore::new(4));
+        let db = relay.database("held").unwrap();
+        let (out, _read, _client) = crate::outbound::testing::pair(1 << 20).await;
+
+        let mut held = Held::open(
+            relay.clone(),
+            slots.clone().try_acquire_owned().unwrap(),
+            limits.address.try_hold([127, 0, 0, 1].into()).unwrap(),
+        );
+        held.database = limits.database.try_hold("held".into());
+        held.subject = limits.subject.try_hold("alice".into());
+        held.targets = Some((db.clone(), out.conn()));
+        for target_id in 1..=3 {
+            let q = validate(&Query::collection(CollectionPath::parse("c").unwrap())).unwrap();
+            db.fanout()
+                .listen(
+                    &out,
+                    target_id,
+                    q,
+                    |q| relay.query_latest(&db, q),
+                    |_| Start::Fresh,
+                )
+                .unwrap();
+            relay.metrics().listen_started(db.name());
+        }
+        assert_eq!(db.fanout().listens(), 3);
+        assert_eq!(gauge(&relay, "hearth_connections_open"), 1.0);
+        assert_eq!(slots.available_permits(), 3);
+
+        let task = tokio::spawn(async move {
+            let _held = held;
+            tokio::task::yield_now().await;
+            panic!("a request handler failed");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+
+        assert_eq!(db.fanout().listens(), 0, "the fan-out targets are dropped");
+        assert_eq!(gauge(&relay, "hearth_connections_open"), 0.0);
+        assert_eq!(
+            gauge(&relay, "hearth_active_listens{database=\"held\"}"),
+            0.0
+        );
+        assert_eq!(
+            slots.available_permits(),
+            4,
+            "the connection permit is back"
+        );
+        assert_eq!(limits.address.keys(), 0);
+        assert_eq!(limits.database.keys(), 0);
+        assert_eq!(limits.subject.keys(), 0);
+        let r = relay.clone();
+        tokio::task::spawn_blocking(move || r.stop()).await.unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

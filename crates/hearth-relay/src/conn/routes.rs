@@ -15,7 +15,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::Connection;
+use super::limits::{address_key, Limits};
+use super::{Connection, Held};
 use crate::state::Relay;
 
 /// What every route handler gets.
@@ -27,17 +28,47 @@ struct AppState {
     stop: watch::Receiver<bool>,
     /// One permit per open WebSocket connection (`--max-connections`).
     slots: Arc<Semaphore>,
+    /// The connection limits per client address, database and token subject.
+    limits: Arc<Limits>,
+}
+
+/// A request extension holding its HTTP connection's `--max-pending-connections` permit
+/// (shared by the connection's requests): the WebSocket upgrade gives it back, since the
+/// upgraded connection counts under `--max-connections` instead.
+#[derive(Clone)]
+pub(crate) struct PendingSlot(Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>);
+
+impl PendingSlot {
+    pub(crate) fn new(permit: tokio::sync::OwnedSemaphorePermit) -> PendingSlot {
+        PendingSlot(Arc::new(std::sync::Mutex::new(Some(permit))))
+    }
+
+    /// Gives the permit back (once; later calls do nothing).
+    fn release(&self) {
+        let permit = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(permit);
+    }
 }
 
 /// The relay's routes: `/healthz`, `/metrics`, `/v1/ws`. `slots` caps connections; when all
 /// its permits are back, every connection has finished.
 pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>, slots: Arc<Semaphore>) -> Router {
+    let limits = Arc::new(Limits::new(relay.config()));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/ws", get(upgrade))
         .fallback(get(static_file))
-        .with_state(AppState { relay, stop, slots })
+        .with_state(AppState {
+            relay,
+            stop,
+            slots,
+            limits,
+        })
 }
 
 /// Serves a file of `--static-dir` (the demo app and the built package), read-only; paths
@@ -177,9 +208,26 @@ async fn upgrade(
         )
             .into_response();
     };
+    let metrics = s.relay.metrics();
     let Ok(permit) = s.slots.clone().try_acquire_owned() else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "too many connections\n").into_response();
+        metrics.connection_refused("connections");
+        let max = s.relay.config().max_connections;
+        let msg = format!(
+            "too many connections: the relay has its maximum of {max} (--max-connections)\n"
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
     };
+    let Some(address) = s.limits.address.try_hold(address_key(peer.ip())) else {
+        metrics.connection_refused("address");
+        let max = s.limits.address.max();
+        let msg = format!("too many connections from your address: {max} are open, the relay's limit (--max-connections-per-address {max})\n");
+        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
+    };
+    // The connection is a WebSocket from here on: it counts under `--max-connections`,
+    // no longer as a pending HTTP connection.
+    if let Some(pending) = req.extensions().get::<PendingSlot>() {
+        pending.release();
+    }
     tokio::spawn(async move {
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
@@ -193,11 +241,20 @@ async fn upgrade(
             return;
         };
         let relay = s.relay.clone();
-        relay.metrics().connection_opened();
+        // Records the connection open; its drop (however `serve` ends) gives back the
+        // permit and every place the connection holds, and records it closed.
+        let held = Held::open(relay.clone(), permit, address);
         let tcp = parts.io.into_inner();
-        Connection::serve(relay.clone(), tcp, parts.read_buf, s.stop.clone(), peer).await;
-        relay.metrics().connection_closed();
-        drop(permit);
+        Connection::serve(
+            relay,
+            s.limits.clone(),
+            held,
+            tcp,
+            parts.read_buf,
+            s.stop.clone(),
+            peer,
+        )
+        .await;
     });
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)

@@ -10,6 +10,7 @@ mod harness;
 mod hostile_queries;
 mod hostile_writes;
 mod index_builds;
+mod limits;
 mod listens;
 mod listens_edges;
 mod listens_resume;
