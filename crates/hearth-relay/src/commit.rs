@@ -41,6 +41,14 @@ const QUOTA_PER_DATABASE: usize = 512;
 const QUOTA_BYTES_PER_DATABASE: usize = 8 << 20;
 /// Most batches in one group commit.
 const MAX_ROUND: usize = 4096;
+/// How long one round applies batches before it commits what it has (at least one batch):
+/// the longest a batch of a quiet database waits behind a busy one's, plus one batch.
+const ROUND_BUDGET: Duration = Duration::from_millis(50);
+/// Firestore's limit of index entries per document.
+const MAX_INDEX_ENTRIES_PER_DOCUMENT: usize = 40_000;
+/// Most index entries one batch may change (insert or delete): bounds the time one batch
+/// holds the committer.
+const MAX_INDEX_WRITES_PER_BATCH: usize = 200_000;
 
 /// Why a batch did not commit.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -228,20 +236,27 @@ impl Committer {
                     q = self.wake.wait(q).expect("committer lock");
                 }
                 let jobs: Vec<Job> = q.jobs.drain(..).collect();
-                let mut round: Vec<(String, WriteRequest)> = Vec::new();
                 let n = q.order.len();
                 let start = q.next;
+                let mut shares: Vec<std::collections::vec_deque::Drain<'_, WriteRequest>> =
+                    Vec::new();
+                let mut names = Vec::new();
+                let mut taken = 0;
+                let Queues { by_db, order, .. } = &mut *q;
+                let mut queues: HashMap<&String, &mut (VecDeque<WriteRequest>, usize)> =
+                    by_db.iter_mut().collect();
                 for i in 0..n {
-                    let db = q.order[(start + i) % n].clone();
-                    let (queue, queued) =
-                        q.by_db.get_mut(&db).expect("ordered databases have queues");
+                    let db = &order[(start + i) % n];
+                    let Some((queue, queued)) = queues.remove(db) else {
+                        continue;
+                    };
                     // A fair share: at most a quota of batches and of bytes (at least one
                     // batch) from each database.
                     let mut take = 0;
                     let mut bytes = 0usize;
                     for req in queue.iter() {
                         if take == QUOTA_PER_DATABASE
-                            || round.len() + take == MAX_ROUND
+                            || taken + take == MAX_ROUND
                             || (take > 0 && bytes + req.bytes > QUOTA_BYTES_PER_DATABASE)
                         {
                             break;
@@ -250,9 +265,22 @@ impl Committer {
                         bytes += req.bytes;
                     }
                     *queued -= bytes;
-                    round.extend(queue.drain(..take).map(|r| (db.clone(), r)));
-                    sink.queue_depth(&db, queue.len());
+                    taken += take;
+                    sink.queue_depth(db, queue.len() - take);
+                    names.push(db.clone());
+                    shares.push(queue.drain(..take));
                 }
+                // Interleaved, one batch of each database in turn: when the round's time
+                // budget runs out, what is left goes back, and every database had a turn.
+                let mut round: Vec<(String, WriteRequest)> = Vec::with_capacity(taken);
+                while round.len() < taken {
+                    for (db, share) in names.iter().zip(shares.iter_mut()) {
+                        if let Some(req) = share.next() {
+                            round.push((db.clone(), req));
+                        }
+                    }
+                }
+                drop(shares);
                 q.next = if n == 0 { 0 } else { (start + 1) % n };
                 (round, jobs)
             };
@@ -273,15 +301,18 @@ impl Committer {
     ) {
         let started = Instant::now();
         let mut dbs = self.dbs.lock().expect("committer db lock");
-        let outcome = apply_round(store, &mut dbs, &round);
+        let outcome = apply_round(store, &mut dbs, &round, ROUND_BUDGET);
         drop(dbs);
         let fsync = started.elapsed();
         match outcome {
             Ok((results, committed)) => {
-                let batches = round.len();
-                for ((_, req), res) in round.into_iter().zip(results) {
+                let batches = results.len();
+                let mut round = round.into_iter();
+                // Results first: `zip` then takes no batch past the last result.
+                for (res, (_, req)) in results.into_iter().zip(round.by_ref()) {
                     let _ = req.reply.send(res);
                 }
+                self.requeue(round.collect());
                 sink.committed(committed, batches, fsync);
             }
             Err(e) => {
@@ -295,6 +326,19 @@ impl Committer {
                     )));
                 }
             }
+        }
+    }
+
+    /// Puts batches a round had no time for back at the front of their queues, in order.
+    fn requeue(&self, rest: Vec<(String, WriteRequest)>) {
+        if rest.is_empty() {
+            return;
+        }
+        let mut q = self.queues.lock().expect("committer lock");
+        for (db, req) in rest.into_iter().rev() {
+            let (queue, bytes) = q.by_db.entry(db).or_default();
+            *bytes += req.bytes;
+            queue.push_front(req);
         }
     }
 
@@ -319,12 +363,16 @@ pub(crate) fn now_micros() -> i64 {
 
 type RoundResult = (Vec<Result<u64, WriteError>>, Vec<Committed>);
 
-/// Applies a round in one write transaction and commits it durably.
+/// Applies the round's batches in order, in one write transaction committed durably,
+/// stopping early (after at least one) once `budget` has passed: the results are those of
+/// the first batches, the rest are left for the caller to queue again.
 fn apply_round(
     store: &Store,
     dbs: &mut HashMap<String, DbState>,
     round: &[(String, WriteRequest)],
+    budget: Duration,
 ) -> Result<RoundResult, StoreError> {
+    let started = Instant::now();
     let mut txn = store.db.begin_write()?;
     txn.set_durability(redb::Durability::Immediate)?;
     let mut results = Vec::with_capacity(round.len());
@@ -337,6 +385,9 @@ fn apply_round(
         let mut meta = txn.open_table(META)?;
         let mut touched_versions: Vec<String> = Vec::new();
         for (db, req) in round {
+            if !results.is_empty() && started.elapsed() >= budget {
+                break;
+            }
             fault_point("commit", db);
             let state = dbs
                 .get_mut(db)
@@ -448,7 +499,41 @@ fn apply_round(
                 results.push(Err(refuse(e)?));
                 continue;
             }
-            for ((name, old, new), bytes) in overlay.iter().zip(encoded) {
+            // The index entries each document change writes, within Firestore's limit per
+            // document and the relay's per batch, checked before anything is written.
+            let mut diffs = Vec::with_capacity(overlay.len());
+            let mut writes = 0usize;
+            for (name, old, new) in &overlay {
+                let diff = index_diff(&state.catalog, old.as_ref(), new.as_ref());
+                if diff.entries > MAX_INDEX_ENTRIES_PER_DOCUMENT {
+                    failed = Some(WriteError::new(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "document `{name}` would have {} index entries, over the limit of \
+                             {MAX_INDEX_ENTRIES_PER_DOCUMENT} per document: exempt its large \
+                             arrays or maps from indexing (fieldOverrides) or split it",
+                            diff.entries
+                        ),
+                    ));
+                    break;
+                }
+                writes += diff.deletes.len() + diff.inserts.len();
+                diffs.push(diff);
+            }
+            if failed.is_none() && writes > MAX_INDEX_WRITES_PER_BATCH {
+                failed = Some(WriteError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "the batch changes {writes} index entries, over the limit of \
+                         {MAX_INDEX_WRITES_PER_BATCH} per batch: split it into smaller batches"
+                    ),
+                ));
+            }
+            if let Some(e) = failed {
+                results.push(Err(refuse(e)?));
+                continue;
+            }
+            for (((name, _, _), bytes), diff) in overlay.iter().zip(encoded).zip(diffs) {
                 let key = [prefix.as_slice(), &document_key(name)].concat();
                 match bytes {
                     Some(b) => {
@@ -458,7 +543,6 @@ fn apply_round(
                         docs.remove(key.as_slice())?;
                     }
                 }
-                let diff = index_diff(&state.catalog, old.as_ref(), new.as_ref());
                 for k in diff.deletes {
                     index.remove([prefix.as_slice(), &k].concat().as_slice())?;
                 }

@@ -169,6 +169,8 @@ pub struct IndexDiff {
     /// Entries of the new document that the old one lacked, in key order (never one that
     /// is also deleted).
     pub inserts: Vec<Vec<u8>>,
+    /// How many entries the new document has in all (0 when it is absent).
+    pub entries: usize,
 }
 
 /// Exactly the entries to delete and insert when `old` becomes `new` (either may be absent).
@@ -187,6 +189,7 @@ pub fn index_diff(
     IndexDiff {
         deletes: old_set.difference(&new_set).cloned().collect(),
         inserts: new_set.difference(&old_set).cloned().collect(),
+        entries: new_set.len(),
     }
 }
 

@@ -52,27 +52,27 @@ fn many_fields(i: u64, fields: usize) -> Mutation {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_pipelining_large_writes_is_held_to_its_byte_budget() {
-    // Each batch is one document of 10,000 indexed fields (about 100 KB on the wire, 20,000
-    // index entries to write): the relay reads them far faster than it commits them. The
+    // Each batch is one document of 200 indexed fields (about 2 KB on the wire, 400 index
+    // entries to write): the relay reads them far faster than it commits them. The
     // store's page cache is bounded too, so memory growth is what the relay buffers.
     let relay = Relay::fresh(&[
         "--cache-mib",
         "32",
         "--max-inflight-write-bytes-per-connection",
-        "2000000",
+        "20000",
     ]);
     let calm = relay.client("calm").await;
     within(calm.write(vec![Mutation::set(name("calm/a"), map([("n", int(0))]))]))
         .await
         .unwrap();
-    // 300 batches, encoded beforehand and sent on a raw socket as fast as it takes them.
-    let n = 300u64;
+    // 600 batches, encoded beforehand and sent on a raw socket as fast as it takes them.
+    let n = 600u64;
     let frames: Vec<Vec<u8>> = (0..n)
         .map(|i| {
             encode_client(&ClientMessage::Write {
                 request_id: i + 1,
                 batch_id: i + 1,
-                mutations: vec![many_fields(i, 10_000)],
+                mutations: vec![many_fields(i, 200)],
                 reads: vec![],
             })
         })
@@ -138,13 +138,13 @@ async fn a_connection_pipelining_large_writes_is_held_to_its_byte_budget() {
     let deepest = within(sampler).await.unwrap();
     let grew = peak_rss(relay.pid()).saturating_sub(before);
     eprintln!(
-        "pipelined {acked} writes of 10,000 indexed fields in {took:?}; deepest write queue {deepest} batches; relay peak memory grew {} MiB; bystander's slowest write {worst:?}",
+        "pipelined {acked} writes of 200 indexed fields in {took:?}; deepest write queue {deepest} batches; relay peak memory grew {} MiB; bystander's slowest write {worst:?}",
         grew >> 20
     );
-    // 2 MB in flight is about 20 of these batches: the queue never holds more.
+    // 20 KB in flight is about 10 of these batches: the queue never holds more.
     assert!(
-        deepest <= 25.0,
-        "the relay queued {deepest} batches of one connection past its 2 MB budget"
+        deepest <= 12.0,
+        "the relay queued {deepest} batches of one connection past its 20 KB budget"
     );
 }
 
@@ -193,4 +193,50 @@ async fn a_database_past_its_queued_bytes_refuses_writes() {
     eprintln!("160 pipelined 1 MB writes against a 3 MB database queue: {ok} committed, {refused} refused");
     assert!(refused > 0, "some writes should pass the 3 MB queue");
     assert!(ok > 0, "the queue takes writes as it drains");
+}
+
+/// A document past Firestore's 40,000 index entries is refused with `invalid-argument`
+/// before anything is written (a 50,000-element array has an array-contains entry per
+/// element); exempting the field from indexing lets it through. A batch whose documents
+/// change more than 200,000 index entries in all is refused the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_entries_per_document_and_per_batch_are_limited() {
+    let dir = TempDir::new("entries");
+    let indexes = dir.payload_exempt_indexes("exempt");
+    let relay = Relay::fresh(&["--indexes", &indexes]);
+    let c = relay.client("entries").await;
+    let array = |n: i64| hearth_core::value::Value::Array((0..n).map(int).collect());
+    let err = within(c.write(vec![Mutation::set(
+        name("wide/a"),
+        map([("p", array(50_000))]),
+    )]))
+    .await
+    .expect_err("50,000 array-contains entries");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("40000 per document"), "{err}");
+    assert!(within(c.get_one(&name("wide/a"))).await.unwrap().is_none());
+    within(c.write(vec![Mutation::set(
+        name("exempt/a"),
+        map([("p", array(50_000))]),
+    )]))
+    .await
+    .expect("an exempt field has no entries");
+    // Six documents of 35,000 entries each: 210,000 in one batch.
+    let batch = (0..6)
+        .map(|i| Mutation::set(name(&format!("wide/b{i}")), map([("p", array(35_000))])))
+        .collect();
+    let err = within(c.write(batch))
+        .await
+        .expect_err("210,000 index entries in one batch");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("200000 per batch"), "{err}");
+    // Split, it commits.
+    for i in 0..6 {
+        within(c.write(vec![Mutation::set(
+            name(&format!("wide/b{i}")),
+            map([("p", array(35_000))]),
+        )]))
+        .await
+        .expect("35,000 entries");
+    }
 }
