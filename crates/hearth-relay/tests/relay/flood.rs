@@ -1075,6 +1075,24 @@ async fn churn(url: String, addr: std::net::SocketAddr, deadline: Instant, mut r
     t
 }
 
+/// The relay's group commits from its metrics: how many, and how many took long (a write
+/// waits for the round it joins, whatever database the round's other batches are for).
+fn rounds(metrics: &str) -> String {
+    let h = "hearth_group_commit_seconds";
+    let count = metric(metrics, &format!("{h}_count")).unwrap_or(0.0);
+    let sum = metric(metrics, &format!("{h}_sum")).unwrap_or(0.0);
+    let over =
+        |le: &str| count - metric(metrics, &format!("{h}_bucket{{le=\"{le}\"}}")).unwrap_or(count);
+    format!(
+        "{count}, mean {:.1} ms; over 0.25 s: {}, over 1 s: {}, over 2.5 s: {}, over 5 s: {}",
+        sum * 1000.0 / count.max(1.0),
+        over("0.25"),
+        over("1"),
+        over("2.5"),
+        over("5")
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // The test
 
@@ -1182,10 +1200,10 @@ async fn a_flood_of_hostile_clients_leaves_a_bystander_unharmed() {
         .unwrap();
     let snap = within(l.next()).await.expect("and listens");
     // The connections the flood opened are gone: only this client's is left.
-    let mut open = None;
+    let (mut open, mut metrics) = (None, String::new());
     for _ in 0..75 {
-        let (_, m) = http_get(relay.addr, "/metrics").await;
-        open = metric(&m, "hearth_connections_open");
+        (_, metrics) = http_get(relay.addr, "/metrics").await;
+        open = metric(&metrics, "hearth_connections_open");
         if open.is_some_and(|n| n <= 1.0) {
             break;
         }
@@ -1201,6 +1219,10 @@ async fn a_flood_of_hostile_clients_leaves_a_bystander_unharmed() {
         RSS_BOUND >> 20
     );
     eprintln!("flood: connections open after the flood: {open:?}");
+    eprintln!(
+        "flood: relay group commits (rounds of the one committer): {}",
+        rounds(&metrics)
+    );
 
     // Every failure at once: the figures above say which attack did it.
     let mut failures = Vec::new();
