@@ -20,10 +20,11 @@
 //!   in the attacked database), and the connections the flood opened are all closed;
 //! - the relay's resident memory (VmRSS sampled every 250 ms, and VmHWM at the end) stays
 //!   under [`RSS_BOUND`]: 512 MiB. The debug relay peaked at 61 MiB without the array
-//!   attacker and at 127 MiB with it (60 s floods on a loaded 2-core machine); the bound
-//!   is four times that, room for allocator slack and for a faster machine's attackers
-//!   getting more done, while memory that grows with the flood (frames buffered whole,
-//!   listens or connections leaked) runs far past it.
+//!   attacker and at 100 to 163 MiB with it (60 s floods on a loaded 2-core machine: the
+//!   index entries of a document holding a 200,000-element array are held while it
+//!   commits); the bound is three times the highest, room for allocator slack and for a
+//!   faster machine's attackers getting more done, while memory that grows with the flood
+//!   (frames buffered whole, listens or connections leaked) runs far past it.
 //!
 //! Attackers keep fewer than 100 connections open at once (a per-address limit may be set
 //! to 512 by default), and every step they await is bounded.
