@@ -1262,7 +1262,7 @@ async fn a_flood_of_hostile_clients_leaves_a_bystander_unharmed() {
         failures.push(format!("connections left open after the flood: {open:?}"));
     }
     let peak = peaks.iter().copied().max().unwrap_or(0).max(hwm) << 10;
-    if peak == 0 {
+    if peak == 0 && std::path::Path::new("/proc/self/status").exists() {
         failures.push("no memory figures for the relay".into());
     }
     if peak >= RSS_BOUND {
