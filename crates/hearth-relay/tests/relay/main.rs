@@ -6,6 +6,7 @@
 
 mod changelog;
 mod crash;
+mod flood;
 mod harness;
 mod hostile_queries;
 mod hostile_writes;
