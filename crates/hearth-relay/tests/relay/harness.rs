@@ -87,7 +87,12 @@ impl Drop for TempDir {
 
 /// The relay binary built for this test run.
 pub fn relay_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_hearth-relay")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        // `HEARTH_TEST_RELAY_BIN` runs the tests against another build (the release one).
+        std::env::var("HEARTH_TEST_RELAY_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_hearth-relay").to_owned())
+    })
 }
 
 /// A running `hearth-relay serve`, killed on drop.
