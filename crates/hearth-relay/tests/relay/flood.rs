@@ -19,12 +19,14 @@
 //! - the relay stays up (`/healthz` answers 200, a fresh client writes, reads and listens
 //!   in the attacked database), and the connections the flood opened are all closed;
 //! - the relay's resident memory (VmRSS sampled every 250 ms, and VmHWM at the end) stays
-//!   under [`RSS_BOUND`]: 512 MiB. The debug relay peaked at 61 MiB without the array
-//!   attacker and at 100 to 163 MiB with it (60 s floods on a loaded 2-core machine: the
-//!   index entries of a document holding a 200,000-element array are held while it
-//!   commits); the bound is three times the highest, room for allocator slack and for a
-//!   faster machine's attackers getting more done, while memory that grows with the flood
-//!   (frames buffered whole, listens or connections leaked) runs far past it.
+//!   under [`RSS_BOUND`]: 512 MiB. The release relay peaked at 192 MiB in a 60 s flood on
+//!   a 2-core machine (the attackers get several times more done than against a debug
+//!   relay, which peaked at 100 to 163 MiB; most of it is the index entries of the array
+//!   attacker's 40,000-element documents while they commit); the bound leaves room for
+//!   allocator slack and a faster machine's attackers, while memory that grows with the
+//!   flood (frames buffered whole, listens or connections leaked) runs far past it.
+//!
+//! It runs against the release relay (`scripts/test`): see the test's own doc.
 //!
 //! Attackers keep fewer than 100 connections open at once (a per-address limit may be set
 //! to 512 by default), and every step they await is bounded.
@@ -853,7 +855,7 @@ async fn arrays(url: String, deadline: Instant, mut rng: Rng) -> Tally {
             match bounded(c.write(vec![m])).await {
                 Ok(_) => t.got("union of 20,000 new: ok", true),
                 Err(e) if e.code() == Some(ErrorCode::InvalidArgument) => {
-                    t.got("union of 20,000 new: invalid-argument (over 1 MiB)", true);
+                    t.got("union of 20,000 new: invalid-argument (over a limit)", true);
                     t.sent += 1;
                     match bounded(c.write(vec![Mutation::delete(growing.clone())])).await {
                         Ok(_) => t.got("delete: ok", true),
@@ -873,6 +875,16 @@ async fn arrays(url: String, deadline: Instant, mut rng: Rng) -> Tally {
             let m = merge_transform(&churned, transform);
             match bounded(c.write(vec![m])).await {
                 Ok(_) => t.got("union/remove of 20,000: ok", true),
+                // Past 40,000 elements the document passes Firestore's 40,000 index entries.
+                Err(e)
+                    if e.code() == Some(ErrorCode::InvalidArgument)
+                        && e.to_string().contains("index entries") =>
+                {
+                    t.got(
+                        "union/remove of 20,000: invalid-argument (index entries)",
+                        true,
+                    )
+                }
                 Err(e) => t.got(
                     format!("union/remove of 20,000: {}", client_kind(&e)),
                     false,
@@ -1104,7 +1116,11 @@ fn rounds(metrics: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // The test
 
+/// Run against the release relay (`scripts/test` builds it and passes it in
+/// `HEARTH_TEST_RELAY_BIN`): a debug relay is ten times slower at the work the attackers
+/// ask for, so its figures say nothing about the relay users run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test against the release relay"]
 async fn a_flood_of_hostile_clients_leaves_a_bystander_unharmed() {
     let secs = flood_secs();
     let only = flood_only();
