@@ -1,10 +1,13 @@
-//! The fan-out thread: takes each round of commits from the committer, in commit order,
-//! and publishes it to the listeners of every database it touched.
+//! The fan-out threads: take each round of commits from the committer, in commit order,
+//! and publish it to the listeners of every database it touched.
 //!
-//! The fan-out has a thread of its own, one round at a time: it writes every listener's
-//! frames to its socket in place, which would hold up a runtime worker. A refill that read
-//! commits not yet published takes the later rounds' commits of its database in early (the
-//! catch-up); the rest of those rounds waits in a stash and is published next, in order.
+//! The fan-out has threads of its own, one per core (two at least): it writes every
+//! listener's frames to its socket in place, which would hold up a runtime worker. Each
+//! database belongs to one of them (by a hash of its name), which publishes its rounds one
+//! at a time, in order; a database with a large fan-out delays only the databases that
+//! share its thread. A refill that read commits not yet published takes the later rounds'
+//! commits of its database in early (the catch-up); the rest of those rounds waits in a
+//! stash and is published next, in order.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{Receiver, Sender};
@@ -19,8 +22,20 @@ use hearth_core::query::model::Query;
 /// One group commit's changes, and when it became durable.
 type Round = (Vec<Committed>, Instant);
 
-/// Rounds of commits on their way to the fan-out thread.
+/// Rounds of commits on their way to one fan-out thread.
 pub(crate) type Rounds = Receiver<Round>;
+
+/// How many fan-out threads: one per core, two at least, eight at most.
+fn shards() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8))
+}
+
+/// The fan-out thread database `db` belongs to, of `n`.
+fn shard_of(db: &str, n: usize) -> usize {
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(db, &mut h);
+    (std::hash::Hasher::finish(&h) % n as u64) as usize
+}
 
 /// The committer's observer: counts commits in the metrics and hands each round to the
 /// fan-out thread.
@@ -28,14 +43,16 @@ pub(crate) struct Sink {
     /// The relay whose metrics count the commits; weak, so the committer thread does not
     /// keep a stopped relay alive.
     relay: Weak<Relay>,
-    /// Where rounds go to the fan-out thread, in commit order.
-    fanout_tx: Sender<Round>,
+    /// Where each fan-out thread's share of the rounds goes, in commit order.
+    fanout_tx: Vec<Sender<Round>>,
 }
 
-/// The committer's sink for `relay`, and the rounds it sends to the fan-out thread.
-pub(crate) fn channel(relay: Weak<Relay>) -> (Sink, Rounds) {
-    let (fanout_tx, fanout_rx) = std::sync::mpsc::channel::<Round>();
-    (Sink { relay, fanout_tx }, fanout_rx)
+/// The committer's sink for `relay`, and the rounds it sends to each fan-out thread.
+pub(crate) fn channel(relay: Weak<Relay>) -> (Sink, Vec<Rounds>) {
+    let (fanout_tx, rounds) = (0..shards())
+        .map(|_| std::sync::mpsc::channel::<Round>())
+        .unzip();
+    (Sink { relay, fanout_tx }, rounds)
 }
 
 impl CommitSink for Sink {
@@ -52,7 +69,17 @@ impl CommitSink for Sink {
                 relay.metrics().commits(db, n);
             }
         }
-        let _ = self.fanout_tx.send((round, Instant::now()));
+        let now = Instant::now();
+        let n = self.fanout_tx.len();
+        let mut shares: Vec<Vec<Committed>> = (0..n).map(|_| Vec::new()).collect();
+        for c in round {
+            shares[shard_of(&c.database, n)].push(c);
+        }
+        for (tx, share) in self.fanout_tx.iter().zip(shares) {
+            if !share.is_empty() {
+                let _ = tx.send((share, now));
+            }
+        }
     }
 
     fn queue_depth(&self, db: &str, depth: usize) {
@@ -62,12 +89,15 @@ impl CommitSink for Sink {
     }
 }
 
-/// Starts the fan-out thread, which publishes `rounds` until the committer's sink is gone
-/// or the relay is.
-pub(crate) fn spawn(relay: Weak<Relay>, rounds: Rounds) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("hearth-fanout".into())
-        .spawn(move || supervised("fan-out", || publish_rounds(&relay, &rounds)))?;
+/// Starts the fan-out threads, one per receiver of `rounds`, each publishing its share
+/// until the committer's sink is gone or the relay is.
+pub(crate) fn spawn(relay: Weak<Relay>, rounds: Vec<Rounds>) -> std::io::Result<()> {
+    for (i, rounds) in rounds.into_iter().enumerate() {
+        let relay = relay.clone();
+        std::thread::Builder::new()
+            .name(format!("hearth-fanout-{i}"))
+            .spawn(move || supervised("fan-out", || publish_rounds(&relay, &rounds)))?;
+    }
     Ok(())
 }
 
