@@ -97,6 +97,14 @@ pub struct WriteRequest {
     pub bytes: usize,
 }
 
+/// Why [`Committer::submit`] handed a batch back.
+pub enum Refused {
+    /// The database's queue is full: wait for room and submit it again.
+    Full(Box<WriteRequest>),
+    /// The committer is stopping: it takes no more batches.
+    Stopping(Box<WriteRequest>),
+}
+
 /// The committed changes of one version, for the fan-out.
 #[derive(Clone, Debug)]
 pub struct Committed {
@@ -144,6 +152,8 @@ pub struct Committer {
     cap: usize,
     /// Most bytes of batches queued per database (at least one batch is always taken).
     cap_bytes: usize,
+    /// Notified when batches leave the queues.
+    room: tokio::sync::Notify,
     /// Each registered database's versions and indexes; only the committer thread (its
     /// rounds and jobs) changes them once the database is registered.
     dbs: Mutex<HashMap<String, DbState>>,
@@ -168,17 +178,18 @@ impl Committer {
             wake: Condvar::new(),
             cap,
             cap_bytes,
+            room: tokio::sync::Notify::new(),
             dbs: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Queues a batch; refuses it (handing it back) when the database has `cap` batches or
-    /// `cap_bytes` bytes queued (an empty queue takes any batch), or the committer is
-    /// stopping.
-    pub fn submit(&self, db: &str, req: WriteRequest) -> Result<(), Box<WriteRequest>> {
+    /// Queues a batch; hands it back when the database has `cap` batches or `cap_bytes`
+    /// bytes queued (an empty queue takes any batch: wait on [`Committer::room`] and try
+    /// again), or when the committer is stopping.
+    pub fn submit(&self, db: &str, req: WriteRequest) -> Result<(), Refused> {
         let mut q = self.queues.lock().expect("committer lock");
         if q.stopping {
-            return Err(Box::new(req));
+            return Err(Refused::Stopping(Box::new(req)));
         }
         if !q.by_db.contains_key(db) {
             q.order.push(db.to_owned());
@@ -187,13 +198,19 @@ impl Committer {
         if queue.len() >= self.cap
             || (!queue.is_empty() && bytes.saturating_add(req.bytes) > self.cap_bytes)
         {
-            return Err(Box::new(req));
+            return Err(Refused::Full(Box::new(req)));
         }
         *bytes += req.bytes;
         queue.push_back(req);
         drop(q);
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Notified whenever the committer takes batches from the queues: a batch handed back
+    /// for a full queue may fit now.
+    pub fn room(&self) -> &tokio::sync::Notify {
+        &self.room
     }
 
     /// Runs `job` on the committer thread between rounds.
@@ -281,6 +298,7 @@ impl Committer {
                     }
                 }
                 drop(shares);
+                self.room.notify_waiters();
                 q.next = if n == 0 { 0 } else { (start + 1) % n };
                 (round, jobs)
             };

@@ -22,9 +22,10 @@ pub struct Config {
     pub heartbeat: Duration,
     /// How long committed changes stay in the changelog (the resume window).
     pub changelog_retention: Duration,
-    /// Most write batches queued per database before new ones are refused.
+    /// Most write batches queued per database; past it, the writing connection waits.
     pub max_inflight_writes: usize,
-    /// Most bytes of write batches queued per database before new ones are refused.
+    /// Most bytes of write batches queued per database; past it, the writing connection
+    /// waits.
     pub max_inflight_write_bytes: usize,
     /// Most bytes of one connection's unacknowledged write batches: past it, the relay
     /// reads nothing more from the connection until acknowledgements bring it under.

@@ -73,10 +73,10 @@ struct ServeArgs {
     /// How long committed changes are kept for listen resumption, in seconds.
     #[arg(long, env = "HEARTH_CHANGELOG_RETENTION_SECS", default_value_t = 3600)]
     changelog_retention_secs: u64,
-    /// Most write batches queued per database before further ones are refused.
+    /// Most write batches queued per database; past it, writers wait (backpressure).
     #[arg(long, env = "HEARTH_MAX_INFLIGHT_WRITES", default_value_t = 10_000)]
     max_inflight_writes: usize,
-    /// Most bytes of write batches queued per database before further ones are refused.
+    /// Most bytes of write batches queued per database; past it, writers wait.
     #[arg(long, env = "HEARTH_MAX_INFLIGHT_WRITE_BYTES", default_value_t = 256 << 20)]
     max_inflight_write_bytes: usize,
     /// Most bytes of one connection's unacknowledged writes: past it the relay reads

@@ -12,7 +12,7 @@ use super::{error, now_unix, Connection};
 /// and how many times (see `Connection::listen`).
 const BEHIND_WAIT: Duration = Duration::from_millis(2);
 const BEHIND_TRIES: u32 = 50;
-use crate::commit::{batch_digest, WriteError, WriteRequest};
+use crate::commit::{batch_digest, Refused, WriteError, WriteRequest};
 use crate::databases::Database;
 use crate::fanout::{Changed, Listened, Start};
 use crate::outbound::Outbound;
@@ -202,7 +202,8 @@ impl Connection {
                 reads,
             } => {
                 self.write_budget(frame.len()).await;
-                self.write(request_id, batch_id, mutations, reads, frame.len());
+                self.write(request_id, batch_id, mutations, reads, frame.len())
+                    .await;
             }
             ClientMessage::Listen {
                 target_id,
@@ -304,7 +305,7 @@ impl Connection {
         }
     }
 
-    fn write(
+    async fn write(
         &mut self,
         request_id: u64,
         batch_id: u64,
@@ -345,19 +346,30 @@ impl Connection {
             enqueued: Instant::now(),
             bytes,
         };
-        if self.relay.committer().submit(self.db.name(), req).is_err() {
-            self.send(&error(
-                request_id,
-                0,
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "too many writes in flight for database `{}` (limits: {} batches, {} bytes; --max-inflight-writes, --max-inflight-write-bytes); retry with backoff",
-                    self.db.name(),
-                    self.relay.config().max_inflight_writes,
-                    self.relay.config().max_inflight_write_bytes,
-                ),
-            ));
-            return;
+        // A full queue (`--max-inflight-writes`, `--max-inflight-write-bytes`) holds the
+        // connection, reading nothing more from it, until the committer takes batches:
+        // backpressure that keeps the client's order and loses nothing.
+        let mut req = req;
+        loop {
+            let room = self.relay.committer().room().notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            match self.relay.committer().submit(self.db.name(), req) {
+                Ok(()) => break,
+                Err(Refused::Full(r)) => {
+                    req = *r;
+                    room.await;
+                }
+                Err(Refused::Stopping(_)) => {
+                    self.send(&error(
+                        request_id,
+                        0,
+                        ErrorCode::Unavailable,
+                        "the relay is shutting down",
+                    ));
+                    return;
+                }
+            }
         }
         let out = self.out.clone();
         let metrics = self.relay.metrics().clone();
