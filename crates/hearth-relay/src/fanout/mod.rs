@@ -249,7 +249,6 @@ fn to_wire(changes: &[DocChange], states: &RoundStates) -> Vec<DocumentChange> {
 fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentChange>) {
     let whole = || {
         view.documents()
-            .iter()
             .cloned()
             .map(DocumentChange::Upsert)
             .collect::<Vec<_>>()
@@ -262,7 +261,7 @@ fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentC
     let held: HashMap<&DocumentName, &Document> = if changed.states.is_empty() {
         HashMap::new()
     } else {
-        view.documents().iter().map(|d| (&d.name, d)).collect()
+        view.documents().map(|d| (&d.name, d)).collect()
     };
     let (kind, mut changes) = if windowed {
         (TargetChangeKind::Reset, whole())
