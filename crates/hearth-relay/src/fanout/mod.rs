@@ -10,23 +10,37 @@
 //! connection close are O(1) per target: each target knows its group and its index in the
 //! group's subscriber list.
 //!
+//! A change reaches only the groups whose query can hold it: groups are indexed by their
+//! source (a collection by its path, a collection group by its id), and a commit's document
+//! is looked up by its parent collection and its collection id. Groups it cannot reach stay
+//! as they are; [`Inner::applied`] says they are current up to the last published version.
+//!
 //! Architecture invariant: frames for one connection are written under the database's fan-out
 //! lock, so a target's initial result always precedes its deltas, and deltas follow commit
 //! order.
+//!
+//! Nothing done under the lock panics on data: frames are encoded with
+//! [`try_encode_server`], and a document the encoding refuses ends the targets that would
+//! carry it with a `data-loss` error naming it, while every other target goes on. Should
+//! anything panic there anyway (a bug), the state may be half updated, so the next taker
+//! of the lock ([`Fanout::lock`]) does not trust it: every target of the database ends
+//! with `internal` (its client listens again) and the fan-out goes on with none, rather
+//! than every later caller panicking on the poisoned lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
 use super::commit::Committed;
 pub use super::outbound::Outbound;
 use hearth_core::document::Document;
+use hearth_core::error::ErrorCode;
 use hearth_core::path::DocumentName;
-use hearth_core::protocol::codec::{encode_query, encode_server};
+use hearth_core::protocol::codec::{encode_query, encode_server, try_encode_server};
 use hearth_core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
-use hearth_core::query::model::Query;
+use hearth_core::query::model::{Query, Source};
 use hearth_core::query::validate::QueryError;
 use hearth_core::query::view::{ChangeType, DocChange, View};
 
@@ -66,10 +80,19 @@ pub type CatchUp<'a> = &'a mut dyn FnMut(u64) -> Vec<Committed>;
 /// Most times one round takes in later commits for refills that read ahead of it.
 const CATCH_UP: usize = 4;
 
-#[derive(Default)]
 struct Inner {
     /// Every live query of the database, by encoded query.
     groups: HashMap<Arc<[u8]>, Group>,
+    /// The groups of collection queries, by the collection's path segments.
+    by_collection: HashMap<Vec<String>, HashSet<Arc<[u8]>>>,
+    /// The groups of collection-group queries, by collection id.
+    by_group: HashMap<String, HashSet<Arc<[u8]>>>,
+    /// Every commit up to this version has been applied to every group it can affect: a
+    /// group is current at the later of this and its own `version`.
+    applied: u64,
+    /// The furthest version any group's read (initial result or refill) has seen; a round
+    /// that ends before it takes the commits up to it in (see `Fanout::publish`).
+    read: u64,
     /// Where each (connection, target id) is subscribed, so unlisten is O(1).
     by_target: HashMap<(u64, u32), Slot>,
     /// The targets of each connection, so closing one is O(its targets).
@@ -77,10 +100,113 @@ struct Inner {
     /// Initial results held back until the published version reaches theirs (the initial
     /// read saw commits not yet published): sending them earlier would let a `Snapshot` of
     /// an older version cover contents of a newer one.
-    pending: Vec<(Outbound, u64, Vec<ServerMessage>)>,
+    pending: Vec<(Outbound, u64, Vec<Bytes>)>,
 }
 
 impl Inner {
+    fn new(version: u64) -> Inner {
+        Inner {
+            groups: HashMap::new(),
+            by_collection: HashMap::new(),
+            by_group: HashMap::new(),
+            applied: version,
+            read: version,
+            by_target: HashMap::new(),
+            by_conn: HashMap::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The set of groups of `source` in the relevance index.
+    fn source_set(&mut self, source: &Source) -> &mut HashSet<Arc<[u8]>> {
+        match source {
+            Source::Collection(c) => self.by_collection.entry(c.segments().to_vec()).or_default(),
+            Source::CollectionGroup(g) => self.by_group.entry(g.clone()).or_default(),
+        }
+    }
+
+    /// Adds a group under `key`, indexed by its source.
+    fn add_group(&mut self, key: Arc<[u8]>, group: Group) {
+        self.read = self.read.max(group.version);
+        let source = group.view.query().source.clone();
+        self.source_set(&source).insert(key.clone());
+        self.groups.insert(key, group);
+    }
+
+    /// Removes the group under `key` and its index entry.
+    fn remove_group(&mut self, key: &[u8]) {
+        let Some(group) = self.groups.remove(key) else {
+            return;
+        };
+        match &group.view.query().source {
+            Source::Collection(c) => {
+                if let Some(set) = self.by_collection.get_mut(c.segments()) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.by_collection.remove(c.segments());
+                    }
+                }
+            }
+            Source::CollectionGroup(g) => {
+                if let Some(set) = self.by_group.get_mut(g.as_str()) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.by_group.remove(g.as_str());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The groups whose query can hold document `name`: those of its collection and those
+    /// of its collection group.
+    fn relevant<'a>(&'a self, name: &DocumentName) -> impl Iterator<Item = &'a Arc<[u8]>> {
+        let segments = name.segments();
+        let parent = &segments[..segments.len().saturating_sub(1)];
+        self.by_collection
+            .get(parent)
+            .into_iter()
+            .chain(self.by_group.get(name.collection_id()))
+            .flatten()
+    }
+
+    /// Ends every target of the group under `key` with an error frame (`code`, `message`)
+    /// and removes the group.
+    fn end_group(&mut self, key: &[u8], code: ErrorCode, message: &str) {
+        let targets: Vec<(u64, u32, Outbound)> = match self.groups.get(key) {
+            Some(g) => g
+                .subscribers
+                .iter()
+                .map(|s| (s.out.conn(), s.target_id, s.out.clone()))
+                .collect(),
+            None => return,
+        };
+        for (conn, target_id, out) in targets {
+            self.unlisten(conn, target_id);
+            out.send_message(&ServerMessage::Error {
+                request_id: 0,
+                target_id,
+                code,
+                message: message.to_owned(),
+            });
+        }
+        self.remove_group(key);
+    }
+
+    /// Ends every target with `internal` and forgets every group: the state after a panic
+    /// under the lock, which may have left a view half updated.
+    fn reset_after_panic(&mut self) {
+        let keys: Vec<Arc<[u8]>> = self.groups.keys().cloned().collect();
+        for key in keys {
+            self.end_group(
+                &key,
+                ErrorCode::Internal,
+                "the relay's fan-out failed: listen again",
+            );
+        }
+        self.pending.clear();
+    }
+
     /// Removes a target in O(1); false if it did not exist.
     fn unlisten(&mut self, conn: u64, target_id: u32) -> bool {
         let Some(slot) = self.by_target.remove(&(conn, target_id)) else {
@@ -96,7 +222,7 @@ impl Inner {
                 }
             }
             if g.subscribers.is_empty() {
-                self.groups.remove(&slot.key[..]);
+                self.remove_group(&slot.key[..]);
             }
         }
         if let Some(targets) = self.by_conn.get_mut(&conn) {
@@ -127,8 +253,12 @@ pub struct Fanout {
 /// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
 fn retarget(template: &[u8], target_id: u32) -> Bytes {
     // The template was encoded with target id 0, one varint byte.
+    let (ty, rest) = match template {
+        [ty, _, rest @ ..] => (*ty, rest),
+        _ => (0, &[][..]),
+    };
     let mut out = Vec::with_capacity(template.len() + 4);
-    out.push(template[0]);
+    out.push(ty);
     let mut v = target_id;
     loop {
         let b = (v & 0x7F) as u8;
@@ -139,7 +269,7 @@ fn retarget(template: &[u8], target_id: u32) -> Bytes {
         }
         out.push(b | 0x80);
     }
-    out.extend_from_slice(&template[2..]);
+    out.extend_from_slice(rest);
     Bytes::from(out)
 }
 
@@ -153,7 +283,8 @@ const CHUNK_BYTES: usize = hearth_core::protocol::MAX_FRAME_BYTES / 2;
 /// Splits changes into frames' worth; a result too big for one frame travels as several
 /// TargetChange messages before the Snapshot (docs/protocol.md).
 fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
-    let mut out = vec![Vec::new()];
+    let mut out = Vec::new();
+    let mut part = Vec::new();
     let mut size = 0;
     for c in changes {
         let n = match &c {
@@ -165,13 +296,14 @@ fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
             }
             DocumentChange::Remove(_) | DocumentChange::Delete { .. } => 64,
         };
-        if size + n > CHUNK_BYTES && !out.last().expect("never empty").is_empty() {
-            out.push(Vec::new());
+        if size + n > CHUNK_BYTES && !part.is_empty() {
+            out.push(std::mem::take(&mut part));
             size = 0;
         }
         size += n;
-        out.last_mut().expect("never empty").push(c);
+        part.push(c);
     }
+    out.push(part);
     out
 }
 
@@ -196,6 +328,9 @@ fn target_change_messages(
         })
         .collect()
 }
+
+/// A round's document states still to apply to each group (by key), in commit order.
+type Due<'a> = HashMap<Arc<[u8]>, Vec<(&'a DocumentName, Option<&'a Document>)>>;
 
 /// Each document's last state in a round of commits, and the version that wrote it.
 type RoundStates<'a> = HashMap<&'a DocumentName, (Option<&'a Document>, u64)>;
@@ -386,7 +521,7 @@ impl Fanout {
     pub fn new(version: u64) -> Fanout {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Fanout {
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner::new(version)),
             published: AtomicU64::new(version),
             split: (PARALLEL_FROM, cores.min(8)),
         }
@@ -398,9 +533,27 @@ impl Fanout {
         self.published.load(Ordering::Acquire)
     }
 
+    /// Takes the fan-out lock. A lock poisoned by a panic under it (a bug: nothing there
+    /// panics on data) is taken anyway, after ending every target with `internal` and
+    /// forgetting every group, since a view may have been left half updated.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                let mut guard = poisoned.into_inner();
+                self.inner.clear_poison();
+                tracing::error!(
+                    "a panic under the fan-out lock: every listen of the database ends"
+                );
+                guard.reset_after_panic();
+                guard
+            }
+        }
+    }
+
     /// Number of targets listening.
     pub fn listens(&self) -> usize {
-        self.inner.lock().expect("fanout lock").by_target.len()
+        self.lock().by_target.len()
     }
 
     /// Adds a target. `initial` reads the query's current result when no identical query
@@ -415,7 +568,7 @@ impl Fanout {
     ) -> Result<Listened, QueryError> {
         let mut encoded = Vec::new();
         encode_query(&query, &mut encoded);
-        let mut guard = self.inner.lock().expect("fanout lock");
+        let mut guard = self.lock();
         let inner = &mut *guard;
         if inner.by_target.contains_key(&(out.conn(), target_id)) {
             return Err(QueryError::InvalidArgument(format!(
@@ -427,7 +580,7 @@ impl Fanout {
             None => {
                 let (docs, version) = initial(&query)?;
                 let k: Arc<[u8]> = encoded.into();
-                inner.groups.insert(
+                inner.add_group(
                     k.clone(),
                     Group {
                         view: View::new(query, docs),
@@ -438,22 +591,40 @@ impl Fanout {
                 k
             }
         };
-        let group = inner.groups.get_mut(&key[..]).expect("inserted above");
-        let start = start(group.version);
+        let applied = inner.applied;
+        let Some(group) = inner.groups.get_mut(&key[..]) else {
+            // Not reached: the group was found or added above, under the same lock.
+            return Err(QueryError::Corrupt("a listen group vanished".into()));
+        };
+        let version = group.version.max(applied);
+        let start = start(version);
         if matches!(start, Start::Behind) {
             if group.subscribers.is_empty() {
-                inner.groups.remove(&key[..]);
+                inner.remove_group(&key[..]);
             }
             return Ok(Listened::Behind);
         }
         let (kind, changes) = resume_changes(&group.view, start);
-        let messages = target_change_messages(target_id, kind, changes);
+        // Encoded before the target is added: a document the encoding refuses ends this
+        // listen only.
+        let frames: Result<Vec<Bytes>, _> = target_change_messages(target_id, kind, changes)
+            .iter()
+            .map(|m| try_encode_server(m).map(Bytes::from))
+            .collect();
+        let frames = match frames {
+            Ok(f) => f,
+            Err(e) => {
+                if group.subscribers.is_empty() {
+                    inner.remove_group(&key[..]);
+                }
+                return Err(QueryError::Corrupt(e.to_string()));
+            }
+        };
         let index = group.subscribers.len();
         group.subscribers.push(Subscriber {
             target_id,
             out: out.clone(),
         });
-        let version = group.version;
         inner
             .by_target
             .insert((out.conn(), target_id), Slot { key, index });
@@ -461,27 +632,24 @@ impl Fanout {
         out.targets().fetch_add(1, Ordering::Relaxed);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
-            for m in &messages {
-                out.send_message(m);
+            for f in frames {
+                out.send(f);
             }
             out.send_message(&ServerMessage::Snapshot { version: published });
         } else {
-            inner.pending.push((out.clone(), version, messages));
+            inner.pending.push((out.clone(), version, frames));
         }
         Ok(Listened::Started)
     }
 
     /// Removes a target; false if it did not exist. O(1).
     pub fn unlisten(&self, conn: u64, target_id: u32) -> bool {
-        self.inner
-            .lock()
-            .expect("fanout lock")
-            .unlisten(conn, target_id)
+        self.lock().unlisten(conn, target_id)
     }
 
     /// Removes every target of a connection and returns their ids (the connection stays).
     pub fn end_listens(&self, conn: u64) -> Vec<u32> {
-        let mut guard = self.inner.lock().expect("fanout lock");
+        let mut guard = self.lock();
         let inner = &mut *guard;
         let targets = inner.by_conn.remove(&conn).unwrap_or_default();
         for t in &targets {
@@ -510,29 +678,42 @@ impl Fanout {
         let Some(mut last) = commits.last().map(|c| c.version) else {
             return 0;
         };
-        let mut guard = self.inner.lock().expect("fanout lock");
+        let mut guard = self.lock();
         let inner = &mut *guard;
-        // Every view advances to `last`. A limited view that lost a document reads the
+        // Every view advances to `last`; a change is applied only to the groups whose
+        // source can hold its document. A limited view that lost a document reads the
         // latest state to refill, which may include commits not yet published; those are
         // then taken into this round too (up to CATCH_UP times), so that every target is
         // consistent at the one version the round's `Snapshot` names.
+        let applied = inner.applied;
         let mut extra: Vec<Committed> = Vec::new();
         let mut changed: HashMap<Arc<[u8]>, Vec<DocChange>> = HashMap::new();
         let mut passes = 0;
         loop {
-            for (key, group) in inner.groups.iter_mut() {
+            // Each group's changes not yet applied to it, in commit order.
+            let mut due: Due = HashMap::new();
+            for c in commits.iter().chain(&extra).filter(|c| c.version <= last) {
+                for (name, new) in &c.changes {
+                    for key in inner.relevant(name) {
+                        let current = inner.groups.get(key).map_or(u64::MAX, |g| g.version);
+                        if c.version > current.max(applied) {
+                            due.entry(key.clone())
+                                .or_default()
+                                .push((name, new.as_ref()));
+                        }
+                    }
+                }
+            }
+            for (key, states) in due {
+                let Some(group) = inner.groups.get_mut(&key[..]) else {
+                    continue;
+                };
                 let mut changes = Vec::new();
                 let mut refill = false;
-                for c in commits
-                    .iter()
-                    .chain(&extra)
-                    .filter(|c| c.version > group.version && c.version <= last)
-                {
-                    for (name, new) in &c.changes {
-                        let u = group.view.apply(name, new.as_ref());
-                        changes.extend(u.changes);
-                        refill |= u.needs_refill;
-                    }
+                for (name, new) in states {
+                    let u = group.view.apply(name, new);
+                    changes.extend(u.changes);
+                    refill |= u.needs_refill;
                 }
                 group.version = group.version.max(last);
                 if refill {
@@ -540,6 +721,7 @@ impl Fanout {
                         Ok((docs, version)) => {
                             changes.extend(group.view.reset(docs));
                             group.version = group.version.max(version);
+                            inner.read = inner.read.max(version);
                         }
                         Err(e) => {
                             tracing::error!(error = %e, "refilling a limited listen failed");
@@ -547,16 +729,11 @@ impl Fanout {
                     }
                 }
                 if !changes.is_empty() {
-                    changed.entry(key.clone()).or_default().extend(changes);
+                    changed.entry(key).or_default().extend(changes);
                 }
             }
             // The furthest any view has read (a refill now, or an initial read earlier).
-            let ahead = inner
-                .groups
-                .values()
-                .map(|g| g.version)
-                .max()
-                .unwrap_or(last);
+            let ahead = inner.read;
             if ahead <= last {
                 break;
             }
@@ -583,6 +760,7 @@ impl Fanout {
             }
             extra.extend(got);
         }
+        inner.applied = inner.applied.max(last);
         let mut frames = 0;
         let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
         // Connections owed a `Snapshot` at the end of the round.
@@ -594,9 +772,9 @@ impl Fanout {
                 .into_iter()
                 .partition(|(_, v, _)| *v <= last);
             inner.pending = waiting;
-            for (o, _, messages) in due {
-                for m in &messages {
-                    if o.send_message(m) {
+            for (o, _, initial) in due {
+                for f in initial {
+                    if o.send(f) {
                         frames += 1;
                     }
                 }
@@ -611,13 +789,32 @@ impl Fanout {
                 continue;
             };
             let parts = chunks(to_wire(&changes, &states));
-            let n = parts.len();
-            for (i, part) in parts.into_iter().enumerate() {
-                let template = encode_server(&ServerMessage::TargetChange {
-                    target_id: 0,
-                    kind: TargetChangeKind::Delta,
-                    changes: part,
-                });
+            // Every part encoded before any is written: a document the encoding refuses
+            // ends this group's targets (and no other), none of its parts sent.
+            let templates: Result<Vec<Vec<u8>>, _> = parts
+                .into_iter()
+                .map(|part| {
+                    try_encode_server(&ServerMessage::TargetChange {
+                        target_id: 0,
+                        kind: TargetChangeKind::Delta,
+                        changes: part,
+                    })
+                })
+                .collect();
+            let templates = match templates {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "a listen's change cannot be encoded: its targets end");
+                    inner.end_group(
+                        &key,
+                        ErrorCode::DataLoss,
+                        &format!("the relay cannot send this listen's result: {e}"),
+                    );
+                    continue;
+                }
+            };
+            let n = templates.len();
+            for (i, template) in templates.into_iter().enumerate() {
                 let round = Round {
                     template: &template,
                     last_part: i + 1 == n,
