@@ -7,6 +7,7 @@
 mod changelog;
 mod crash;
 mod harness;
+mod hostile_fanout;
 mod hostile_queries;
 mod listens;
 mod listens_edges;
