@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use hearth_core::mutation::Mutation;
 use hearth_core::protocol::codec::{decode_server, encode_client};
-use hearth_core::protocol::{ClientMessage, ServerMessage};
+use hearth_core::protocol::{ClientMessage, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::{Operator as Op, Query};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -112,15 +112,19 @@ async fn a_tenant_with_large_listens_does_not_starve_a_bystander() {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         ready.push(rx);
         drains.push(tokio::spawn(async move {
-            let mut snapshots = 0;
+            let mut resets = 0;
             let mut tx = Some(tx);
             while let Some(Ok(m)) = ws.next().await {
                 if let Message::Binary(bytes) = m {
                     match decode_server(&bytes) {
-                        Ok(ServerMessage::Snapshot { .. }) => {
-                            snapshots += 1;
-                            // Each target's first snapshot: the initial results are in.
-                            if snapshots == PER_CONN {
+                        // Each target's initial result starts with a Reset (targets held
+                        // back together may share one Snapshot, so those are not counted).
+                        Ok(ServerMessage::TargetChange {
+                            kind: TargetChangeKind::Reset,
+                            ..
+                        }) => {
+                            resets += 1;
+                            if resets == PER_CONN {
                                 if let Some(tx) = tx.take() {
                                     let _ = tx.send(());
                                 }
