@@ -8,6 +8,8 @@
 //!   bulk load of 10,000 documents into an empty store through `MemStore::write_document`,
 //!   and an in-place update of one instrument in the 100,000-document store.
 //! - `query`: latency of the seed's queries (and a zig-zag join) over 100,000 documents.
+//! - `view`: one change (a document moving) applied to an unlimited live view of 1,000,
+//!   10,000 and 100,000 documents: the cost per change is logarithmic in the result.
 //! - `baseline`: what the same answers cost without the engine: a brute-force filter + sort
 //!   over a `Vec<Document>`, a raw `BTreeMap` range scan of as many keys, a raw `get`.
 //!
@@ -37,6 +39,7 @@ use hearth_core::query::execute::{fetch, run_query};
 use hearth_core::query::model::{Operator, Query};
 use hearth_core::query::plan::{plan, Access};
 use hearth_core::query::validate::validate;
+use hearth_core::query::view::View;
 use hearth_core::value::{Map, Timestamp, Value};
 
 /// Documents in the query store.
@@ -609,9 +612,57 @@ fn bench_core(c: &mut Criterion) {
     }
 }
 
+/// A document of the `view` group: a score to order by.
+fn scored(id: usize, score: i64) -> Document {
+    let mut m = Map::new();
+    m.insert("score".into(), Value::Integer(score));
+    m.insert("label".into(), Value::String(format!("item {id}")));
+    let mut d = Document::new(collection().doc(&format!("v{id:07}")).unwrap(), m);
+    d.create_version = 1;
+    d.update_version = 1;
+    d
+}
+
+/// One change to an unlimited view ordered by a field, at several result sizes: a random
+/// document of the result gets a new score (it moves; a `Modified` with both indexes).
+fn bench_view(c: &mut Criterion) {
+    let mut g = c.benchmark_group("view");
+    g.throughput(Throughput::Elements(1));
+    for n in [1_000usize, 10_000, 100_000] {
+        let query =
+            validate(&Query::collection(collection()).order_by("score", Descending)).unwrap();
+        let mut rng = Rng(0x71E3 + n as u64);
+        let mut docs: Vec<Document> = (0..n)
+            .map(|i| scored(i, rng.below(1 << 20) as i64))
+            .collect();
+        docs.sort_by(|a, b| {
+            let s = |d: &Document| match d.fields.get("score") {
+                Some(Value::Integer(i)) => *i,
+                _ => 0,
+            };
+            s(b).cmp(&s(a)).then_with(|| a.name.cmp(&b.name))
+        });
+        let mut view = View::new(query, docs);
+        assert_eq!(view.len(), n);
+        let mut version = 1;
+        g.bench_function(format!("one_change/{n}"), |b| {
+            b.iter(|| {
+                version += 1;
+                let id = rng.below(n as u64) as usize;
+                let mut d = scored(id, rng.below(1 << 20) as i64);
+                d.update_version = version;
+                let u = view.apply(&d.name, Some(&d));
+                assert_eq!(u.changes.len(), 1);
+                black_box(u)
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_core
+    targets = bench_view, bench_core
 }
 criterion_main!(benches);

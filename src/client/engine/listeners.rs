@@ -266,7 +266,7 @@ impl Engine {
         let Watched::Query(view) = &l.watched else {
             return;
         };
-        let docs = view.documents().to_vec();
+        let docs = view.to_vec();
         let before = std::mem::take(&mut l.shown);
         let changes = view.diff(&before, &docs);
         // A modification is a data change only if the fields differ (a document cannot move
@@ -520,7 +520,6 @@ impl Engine {
         match &l.watched {
             Watched::Query(view) => view
                 .documents()
-                .iter()
                 .filter(|d| stale(&d.name))
                 .map(|d| d.name.clone())
                 .collect(),
@@ -591,7 +590,7 @@ impl Engine {
         for l in self.listeners.borrow().values() {
             match &l.watched {
                 Watched::Query(view) => {
-                    shown.extend(view.documents().iter().map(|d| d.name.clone()));
+                    shown.extend(view.documents().map(|d| d.name.clone()));
                 }
                 Watched::Document(name, _) => {
                     shown.insert(name.clone());
@@ -608,7 +607,7 @@ impl Engine {
         for l in self.listeners.borrow().values() {
             match &l.watched {
                 Watched::Query(view) => {
-                    held.extend(view.documents().iter().map(|d| d.name.clone()));
+                    held.extend(view.documents().map(|d| d.name.clone()));
                 }
                 Watched::Document(name, _) => {
                     held.insert(name.clone());

@@ -5,5 +5,6 @@ pub mod matcher;
 pub mod model;
 pub mod normalize;
 pub mod plan;
+mod ranked;
 pub mod validate;
 pub mod view;

@@ -6,14 +6,20 @@
 //! knows only its own documents, so when one leaves a full `limit 5` result the next one must
 //! come from a new (limit-pushed-down) query, whose result [`View::reset`] diffs in.
 //!
+//! The result is an ordered set with positions (`ranked.rs`, a treap with subtree sizes)
+//! keyed by each document's sort key, so a batch of k changes to a view of n documents costs
+//! O(k log n): no scan, copy or sort of the result.
+//!
 //! Architecture invariant: a view never claims a document it cannot prove belongs to the
 //! limited result; it asks for a refill instead.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::matcher::Matcher;
 use super::model::{LimitType, Query};
+use super::ranked::Ranked;
 use crate::document::Document;
 use crate::path::DocumentName;
 
@@ -52,18 +58,34 @@ pub struct ViewUpdate {
 }
 
 /// The current result of one query.
+///
+/// The result is an ordered set keyed by each document's sort key (bytes in the query's
+/// order, ending with the name, so keys are unique), with positions: a batch of k changes to
+/// a view of n documents costs O(k log n), plus the changes it reports.
 #[derive(Clone, Debug)]
 pub struct View {
     /// The query, prepared for matching and ordering.
     matcher: Matcher,
     /// The current result, in query order (`limitToLast`: in the order the user sees).
-    docs: Vec<Document>,
-    /// The names of `docs`, for membership without a scan.
-    names: HashSet<DocumentName>,
+    docs: Ranked,
+    /// The sort key of each document of `docs`, for membership and lookup by name.
+    keys: HashMap<DocumentName, Box<[u8]>>,
     /// The query's limit, if any: a full limited view cannot know the documents past it.
     limit: Option<usize>,
     /// The view holds every matching document (no limit, or fewer than the limit exist).
     complete: bool,
+}
+
+/// A document's sort key in a view ([`Matcher::sort_key`]).
+type SortKey = Box<[u8]>;
+
+/// Where a changed document of a batch stands: its entry before, and after if it is in the
+/// new result.
+struct Moved<'a> {
+    /// Its sort key in the view before the batch, if it was there.
+    old_key: Option<Box<[u8]>>,
+    /// Its new state and sort key, if it enters (or stays in) the result.
+    new: Option<(Box<[u8]>, &'a Document)>,
 }
 
 impl View {
@@ -71,14 +93,34 @@ impl View {
     /// executor returned it.
     pub fn new(query: Query, docs: Vec<Document>) -> View {
         let limit = query.limit.map(|n| n as usize);
-        let complete = limit.is_none_or(|n| docs.len() < n);
-        View {
+        let mut view = View {
             matcher: Matcher::new(query),
-            names: docs.iter().map(|d| d.name.clone()).collect(),
-            docs,
+            docs: Ranked::from_sorted(Vec::new()),
+            keys: HashMap::new(),
             limit,
-            complete,
+            complete: true,
+        };
+        view.replace(docs);
+        view
+    }
+
+    /// Makes `docs` (in query order) the result. O(n), or O(n log n) if they are not in the
+    /// order the sort keys give.
+    fn replace(&mut self, docs: Vec<Document>) {
+        self.complete = self.limit.is_none_or(|n| docs.len() < n);
+        let mut entries: Vec<(Vec<u8>, Document)> = docs
+            .into_iter()
+            .map(|d| (self.matcher.sort_key(&d), d))
+            .collect();
+        if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries.dedup_by(|a, b| a.0 == b.0);
         }
+        self.keys = entries
+            .iter()
+            .map(|(k, d)| (d.name.clone(), k.clone().into_boxed_slice()))
+            .collect();
+        self.docs = Ranked::from_sorted(entries);
     }
 
     pub fn query(&self) -> &Query {
@@ -89,14 +131,35 @@ impl View {
         &self.matcher
     }
 
-    pub fn documents(&self) -> &[Document] {
-        &self.docs
+    /// The current result, in query order.
+    pub fn documents(&self) -> impl ExactSizeIterator<Item = &Document> + '_ {
+        self.docs.iter()
+    }
+
+    /// The current result, in query order, as a list (O(n): the fields are shared).
+    pub fn to_vec(&self) -> Vec<Document> {
+        self.docs.iter().cloned().collect()
+    }
+
+    /// The number of documents in the result.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether the result is empty.
+    pub fn is_empty(&self) -> bool {
+        self.docs.len() == 0
+    }
+
+    /// Whether document `name` is in the result.
+    pub fn contains(&self, name: &DocumentName) -> bool {
+        self.keys.contains_key(name)
     }
 
     /// Whether a change to this document could affect the view (it is in it, or matches now;
     /// with an offset, any document of the query's collection: the skipped ones count).
     pub fn affected_by(&self, name: &DocumentName, new: Option<&Document>) -> bool {
-        self.names.contains(name)
+        self.keys.contains_key(name)
             || new.is_some_and(|d| self.matcher.matches(d))
             || (self.matcher.query().offset > 0 && self.in_source(name))
     }
@@ -112,7 +175,9 @@ impl View {
     /// re-runs the query and passes the result to [`View::reset`], diffing it against the
     /// result it held before the batch, so that evictions and refills reach the listener too.
     ///
-    /// Cost: O((n + k) log(n + k)) for a view of n documents and a batch of k changes.
+    /// Cost: O(k log n) for a view of n documents and a batch of k changes, plus the
+    /// changes reported: each index is a rank query on the result as the changes before it
+    /// left it, which the result itself, edited change by change, answers.
     pub fn apply_batch<'a>(
         &mut self,
         batch: impl IntoIterator<Item = (&'a DocumentName, Option<&'a Document>)>,
@@ -133,87 +198,166 @@ impl View {
                 needs_refill,
             };
         }
-        let old = std::mem::take(&mut self.docs);
         let last_type = self.matcher.query().limit_type;
+        let len = self.docs.len();
         // A full limited view knows nothing past its edge: a document beyond it may sit behind
         // documents the view has never seen, so only documents up to the edge enter.
-        let edge = match (self.complete, last_type) {
+        let edge: Option<Option<Box<[u8]>>> = match (self.complete, last_type) {
             (true, _) => None,
-            (false, LimitType::First) => Some(old.last()),
-            (false, LimitType::Last) => Some(old.first()),
+            (false, LimitType::First) => Some(len.checked_sub(1).and_then(|i| self.key_at(i))),
+            (false, LimitType::Last) => Some(self.key_at(0)),
         };
-        let mut entering: Vec<&Document> = changed
-            .values()
-            .filter_map(|d| *d)
-            .filter(|d| self.matcher.matches(d))
-            .filter(|d| match edge {
-                None => true,
-                Some(None) => false,
-                Some(Some(e)) => match last_type {
-                    LimitType::First => self.matcher.compare(d, e) != Ordering::Greater,
-                    LimitType::Last => self.matcher.compare(d, e) != Ordering::Less,
-                },
-            })
-            .collect();
-        entering.sort_by(|a, b| self.matcher.compare(a, b));
-        // The new result as a plan over the old one: survivors and entering documents merged
-        // in query order (no document is cloned but the entering ones).
-        let mut plan: Vec<Slot> = Vec::with_capacity(old.len() + entering.len());
-        let mut enter = entering.iter().copied().peekable();
-        for (i, d) in old.iter().enumerate() {
-            if changed.contains_key(&d.name) {
+        let mut moved: HashMap<&DocumentName, Moved> = HashMap::with_capacity(changed.len());
+        for (name, new) in &changed {
+            let new = new
+                .filter(|d| self.matcher.matches(d))
+                .map(|d| (self.matcher.sort_key(d).into_boxed_slice(), d))
+                .filter(|(k, _)| match &edge {
+                    None => true,
+                    Some(None) => false,
+                    Some(Some(e)) => match last_type {
+                        LimitType::First => k <= e,
+                        LimitType::Last => k >= e,
+                    },
+                });
+            let old_key = self.keys.get(*name).cloned();
+            if old_key.is_some() || new.is_some() {
+                moved.insert(*name, Moved { old_key, new });
+            }
+        }
+        if moved.is_empty() {
+            return ViewUpdate::default();
+        }
+        // Past a limit, the new result loses its last documents (`limitToLast`: its first):
+        // entering ones, or ones the view held, whose keys are found walking in from that end.
+        let leaving_old = moved.values().filter(|m| m.old_key.is_some()).count();
+        let entering = moved.values().filter(|m| m.new.is_some()).count();
+        let size = len - leaving_old + entering;
+        let mut evicted: Vec<Box<[u8]>> = Vec::new();
+        if let Some(n) = self.limit.filter(|n| size > *n) {
+            self.complete = false;
+            let mut new_keys: Vec<(&[u8], &DocumentName)> = moved
+                .iter()
+                .filter_map(|(name, m)| m.new.as_ref().map(|(k, _)| (&k[..], *name)))
+                .collect();
+            new_keys.sort_unstable();
+            let mut cut: Vec<&DocumentName> = Vec::new();
+            let (mut i, mut j) = (0, 0);
+            for _ in 0..size - n {
+                // The next survivor from the end, skipping the changed documents' entries.
+                let survivor = loop {
+                    let at = match last_type {
+                        LimitType::First => len.checked_sub(i + 1),
+                        LimitType::Last => Some(i).filter(|i| *i < len),
+                    };
+                    match at.and_then(|a| self.docs.select(a)) {
+                        Some((_, d)) if moved.contains_key(&d.name) => i += 1,
+                        other => break other.map(|(k, _)| k),
+                    }
+                };
+                let fresh = match last_type {
+                    LimitType::First => new_keys.len().checked_sub(j + 1),
+                    LimitType::Last => Some(j).filter(|j| *j < new_keys.len()),
+                }
+                .map(|a| new_keys[a]);
+                let survivor_goes = match (survivor, fresh) {
+                    (Some(s), Some((f, _))) => match last_type {
+                        LimitType::First => s > f,
+                        LimitType::Last => s < f,
+                    },
+                    (s, _) => s.is_some(),
+                };
+                if survivor_goes {
+                    evicted.extend(survivor.map(Box::from));
+                    i += 1;
+                } else if let Some((_, name)) = fresh {
+                    cut.push(name);
+                    j += 1;
+                }
+            }
+            for name in cut {
+                if let Some(m) = moved.get_mut(name) {
+                    m.new = None;
+                }
+            }
+        }
+        let kept = self.limit.map_or(size, |n| size.min(n));
+        let needs_refill = !self.complete && self.limit.is_some_and(|n| kept < n);
+        // Replayed on the result itself: removals in old order, additions then
+        // modifications in new order, each index a rank in the list as it stands.
+        let mut removals: Vec<Box<[u8]>> = evicted;
+        let mut additions: Vec<(Box<[u8]>, &Document)> = Vec::new();
+        let mut modifications: Vec<(SortKey, SortKey, &Document)> = Vec::new();
+        for m in moved.into_values() {
+            match (m.old_key, m.new) {
+                (Some(old), None) => removals.push(old),
+                (None, Some((key, d))) => additions.push((key, d)),
+                (Some(old), Some((key, d))) => modifications.push((old, key, d)),
+                (None, None) => {}
+            }
+        }
+        removals.sort_unstable();
+        additions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        modifications.sort_unstable_by(|a, b| a.1.cmp(&b.1));
+        let mut changes = Vec::with_capacity(removals.len() + additions.len());
+        for key in removals {
+            if let Some((old_index, doc)) = self.docs.remove(&key) {
+                self.keys.remove(&doc.name);
+                changes.push(DocChange {
+                    kind: ChangeType::Removed,
+                    doc,
+                    old_index: Some(old_index),
+                    new_index: None,
+                });
+            }
+        }
+        for (key, d) in additions {
+            self.keys.insert(d.name.clone(), key.clone());
+            let new_index = self.docs.insert(key, d.clone());
+            changes.push(DocChange {
+                kind: ChangeType::Added,
+                doc: d.clone(),
+                old_index: None,
+                new_index: Some(new_index),
+            });
+        }
+        for (old, key, d) in modifications {
+            if self.docs.get(&old).is_some_and(|was| !differs(was, d)) {
                 continue;
             }
-            while let Some(e) = enter.next_if(|e| self.matcher.compare(e, d) == Ordering::Less) {
-                plan.push(Slot::New(e));
-            }
-            plan.push(Slot::Old(i));
+            let Some((old_index, _)) = self.docs.remove(&old) else {
+                continue;
+            };
+            self.keys.insert(d.name.clone(), key.clone());
+            let new_index = self.docs.insert(key, d.clone());
+            changes.push(DocChange {
+                kind: ChangeType::Modified,
+                doc: d.clone(),
+                old_index: Some(old_index),
+                new_index: Some(new_index),
+            });
         }
-        plan.extend(enter.map(Slot::New));
-        if let Some(n) = self.limit {
-            if plan.len() > n {
-                match last_type {
-                    LimitType::First => plan.truncate(n),
-                    LimitType::Last => {
-                        plan.drain(..plan.len() - n);
-                    }
-                }
-                self.complete = false;
-            }
-        }
-        let needs_refill = !self.complete && self.limit.is_some_and(|n| plan.len() < n);
-        let changes = {
-            let before: Vec<&Document> = old.iter().collect();
-            let after: Vec<&Document> = plan
-                .iter()
-                .map(|s| match s {
-                    Slot::Old(i) => &old[*i],
-                    Slot::New(d) => *d,
-                })
-                .collect();
-            diff_refs(&self.matcher, &before, &after)
-        };
-        let mut old: Vec<Option<Document>> = old.into_iter().map(Some).collect();
-        self.docs = plan
-            .into_iter()
-            .filter_map(|s| match s {
-                Slot::Old(i) => old[i].take(),
-                Slot::New(d) => Some(d.clone()),
-            })
-            .collect();
-        self.names = self.docs.iter().map(|d| d.name.clone()).collect();
         ViewUpdate {
             changes,
             needs_refill,
         }
     }
 
+    /// The sort key of the `i`-th document.
+    fn key_at(&self, i: usize) -> Option<Box<[u8]>> {
+        self.docs.select(i).map(|(k, _)| Box::from(k))
+    }
+
     /// Replaces the view with a fresh result (a refill, or a reset after a resume failed).
+    /// O(n + m) for results of n and m documents.
     pub fn reset(&mut self, docs: Vec<Document>) -> Vec<DocChange> {
-        self.complete = self.limit.is_none_or(|n| docs.len() < n);
-        let changes = self.diff(&self.docs, &docs);
-        self.names = docs.iter().map(|d| d.name.clone()).collect();
-        self.docs = docs;
+        let old: Vec<Document> = std::mem::replace(&mut self.docs, Ranked::from_sorted(Vec::new()))
+            .into_entries()
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        let changes = self.diff(&old, &docs);
+        self.replace(docs);
         changes
     }
 
@@ -234,6 +378,16 @@ impl View {
     }
 }
 
+/// Whether two states of one document differ (fields or times): `!=`, but settled by the
+/// versions or by shared fields without comparing the fields where it can be. A committed
+/// change always moves `update_version`, so the relay never compares fields.
+fn differs(a: &Document, b: &Document) -> bool {
+    a.update_version != b.update_version
+        || a.create_version != b.create_version
+        || a.name != b.name
+        || (!Arc::ptr_eq(&a.fields, &b.fields) && a.fields != b.fields)
+}
+
 /// The `docChanges()` of a first result: every document added, in order.
 pub fn added(docs: &[Document]) -> Vec<DocChange> {
     docs.iter()
@@ -245,12 +399,6 @@ pub fn added(docs: &[Document]) -> Vec<DocChange> {
             new_index: Some(i),
         })
         .collect()
-}
-
-/// A place in a view's next result: a document of the current one, or an entering one.
-enum Slot<'a> {
-    Old(usize),
-    New(&'a Document),
 }
 
 /// The `docChanges()` that turn `old` into `new`, both sorted by `matcher`'s order, with
@@ -311,7 +459,7 @@ fn diff_refs(matcher: &Matcher, old: &[&Document], new: &[&Document]) -> Vec<Doc
         let Some(&oi) = in_old.get(&d.name) else {
             continue;
         };
-        if *old[oi] == **d {
+        if !differs(old[oi], d) {
             continue;
         }
         present.add(old_rank[oi], -1);
@@ -380,7 +528,7 @@ mod tests {
     }
 
     fn ids(v: &View) -> Vec<&str> {
-        v.documents().iter().map(|d| d.name.id()).collect()
+        v.documents().map(|d| d.name.id()).collect()
     }
 
     #[test]
@@ -492,16 +640,16 @@ mod tests {
                 let id = format!("d{id}");
                 let new = score.map(|s| doc(&id, s));
                 match &new { Some(d) => { all.insert(id.clone(), d.clone()); } None => { all.remove(&id); } }
-                let before = v.documents().to_vec();
+                let before = v.to_vec();
                 let name = CollectionPath::parse("c").unwrap().doc(&id).unwrap();
                 let u = v.apply(&name, new.as_ref());
-                proptest::prop_assert_eq!(replay(&before, &u.changes), v.documents().to_vec());
+                proptest::prop_assert_eq!(replay(&before, &u.changes), v.to_vec());
                 if u.needs_refill {
-                    let before = v.documents().to_vec();
+                    let before = v.to_vec();
                     let changes = v.reset(reference(&all));
-                    proptest::prop_assert_eq!(replay(&before, &changes), v.documents().to_vec());
+                    proptest::prop_assert_eq!(replay(&before, &changes), v.to_vec());
                 }
-                proptest::prop_assert_eq!(v.documents().to_vec(), reference(&all));
+                proptest::prop_assert_eq!(v.to_vec(), reference(&all));
             }
         }
     }

@@ -89,6 +89,8 @@ fn shape() -> impl Strategy<Value = Shape> {
     ]
 }
 
+type Batches = Vec<Vec<(u8, Option<(i64, i64)>)>>;
+
 proptest! {
     #[test]
     fn batched_view_changes_replay_onto_the_previous_result(
@@ -99,7 +101,38 @@ proptest! {
             1..25,
         ),
     ) {
-        let dir = if desc { Direction::Descending } else { Direction::Ascending };
+        check_batches(shape, desc, batches)?;
+    }
+
+    /// Larger results and batches: many documents, many ties on the ordered field, batches
+    /// that move, evict and refill several documents at once.
+    #[test]
+    fn large_batches_replay_onto_the_previous_result(
+        shape in prop_oneof![
+            Just(Shape::Ordered),
+            (1i64..30).prop_map(Shape::Limit),
+            (1i64..30).prop_map(Shape::LimitToLast),
+        ],
+        desc in any::<bool>(),
+        batches in proptest::collection::vec(
+            proptest::collection::vec((0u8..60, proptest::option::of((-1i64..12, 0i64..3))), 1..20),
+            1..15,
+        ),
+    ) {
+        check_batches(shape, desc, batches)?;
+    }
+}
+
+/// Applies `batches` to a view and checks each batch's changes against a full re-run: they
+/// replay onto the previous result to give the new one, and (without a refill) they are
+/// exactly the reference diff of the two results.
+fn check_batches(shape: Shape, desc: bool, batches: Batches) -> Result<(), TestCaseError> {
+    {
+        let dir = if desc {
+            Direction::Descending
+        } else {
+            Direction::Ascending
+        };
         let mut q = Query::collection(CollectionPath::parse("live").unwrap())
             .where_("rank", Operator::GreaterThanOrEqual, 0)
             .order_by("rank", dir);
@@ -109,17 +142,28 @@ proptest! {
             Shape::LimitToLast(n) => (0, Some(n), true),
             Shape::Offset(o, l) => (o, l, false),
         };
-        if offset > 0 { q = q.offset(offset); }
-        if let Some(n) = limit { q = if last { q.limit_to_last(n) } else { q.limit(n) }; }
+        if offset > 0 {
+            q = q.offset(offset);
+        }
+        if let Some(n) = limit {
+            q = if last { q.limit_to_last(n) } else { q.limit(n) };
+        }
         let matcher = Matcher::new(q.clone());
         let reference = |all: &BTreeMap<String, Document>| {
-            let mut r: Vec<Document> =
-                all.values().filter(|d| matcher.matches(d)).cloned().collect();
+            let mut r: Vec<Document> = all
+                .values()
+                .filter(|d| matcher.matches(d))
+                .cloned()
+                .collect();
             r.sort_by(|a, b| matcher.compare(a, b));
             r.drain(..(offset as usize).min(r.len()));
             if let Some(n) = limit {
                 let n = n as usize;
-                if last { r = r.split_off(r.len().saturating_sub(n)); } else { r.truncate(n); }
+                if last {
+                    r = r.split_off(r.len().saturating_sub(n));
+                } else {
+                    r.truncate(n);
+                }
             }
             r
         };
@@ -131,26 +175,33 @@ proptest! {
                 let id = format!("d{id:02}");
                 let new = state.map(|(rank, tag)| doc(&id, rank, tag));
                 match &new {
-                    Some(d) => { all.insert(id.clone(), d.clone()); }
-                    None => { all.remove(&id); }
+                    Some(d) => {
+                        all.insert(id.clone(), d.clone());
+                    }
+                    None => {
+                        all.remove(&id);
+                    }
                 }
                 let name = CollectionPath::parse("live").unwrap().doc(&id).unwrap();
                 changed.retain(|(n, _)| *n != name);
                 changed.push((name, new));
             }
-            let before = view.documents().to_vec();
+            let before = view.to_vec();
             let update = view.apply_batch(changed.iter().map(|(n, d)| (n, d.as_ref())));
             let changes = if update.needs_refill {
                 let _ = view.reset(reference(&all));
-                view.diff(&before, view.documents())
+                view.diff(&before, &view.to_vec())
             } else {
+                prop_assert_eq!(&update.changes, &view.diff(&before, &view.to_vec()));
                 update.changes
             };
+            prop_assert_eq!(view.len(), view.documents().len());
             let replayed = replay(&before, &changes);
-            prop_assert_eq!(replayed, Ok(view.documents().to_vec()));
-            prop_assert_eq!(view.documents().to_vec(), reference(&all));
+            prop_assert_eq!(replayed, Ok(view.to_vec()));
+            prop_assert_eq!(view.to_vec(), reference(&all));
         }
     }
+    Ok(())
 }
 
 /// The scenario: a better document enters a full `limit(3)` window and evicts the last.
@@ -176,5 +227,5 @@ fn a_document_entering_a_full_window_evicts_the_last_one() {
             (ChangeType::Added, "d04".to_owned(), None, Some(2)),
         ]
     );
-    assert_eq!(replay(&start, &u.changes).unwrap(), view.documents());
+    assert_eq!(replay(&start, &u.changes).unwrap(), view.to_vec());
 }

@@ -10,51 +10,40 @@
 //! connection close are O(1) per target: each target knows its group and its index in the
 //! group's subscriber list.
 //!
+//! A change reaches only the groups whose query can hold it: groups are indexed by their
+//! source (a collection by its path, a collection group by its id), and a commit's document
+//! is looked up by its parent collection and its collection id. Groups it cannot reach stay
+//! as they are; [`Inner::applied`] says they are current up to the last published version.
+//!
 //! Architecture invariant: frames for one connection are written under the database's fan-out
 //! lock, so a target's initial result always precedes its deltas, and deltas follow commit
 //! order.
+//!
+//! Nothing done under the lock panics on data: frames are encoded with
+//! [`try_encode_server`], and a document the encoding refuses ends the targets that would
+//! carry it with a `data-loss` error naming it, while every other target goes on. Should
+//! anything panic there anyway (a bug), the state may be half updated, so the next taker
+//! of the lock ([`Fanout::lock`]) does not trust it: every target of the database ends
+//! with `internal` (its client listens again) and the fan-out goes on with none, rather
+//! than every later caller panicking on the poisoned lock.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
 use super::commit::Committed;
 pub use super::outbound::Outbound;
+use groups::{Group, Inner, Slot, Subscriber};
 use hearth_core::document::Document;
+use hearth_core::error::ErrorCode;
 use hearth_core::path::DocumentName;
-use hearth_core::protocol::codec::{encode_query, encode_server};
+use hearth_core::protocol::codec::{encode_query, encode_server, try_encode_server};
 use hearth_core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::QueryError;
 use hearth_core::query::view::{ChangeType, DocChange, View};
-
-/// One listening target of a group.
-struct Subscriber {
-    /// The client's id for the target: the frames it gets carry it.
-    target_id: u32,
-    /// The target's connection, where its frames are written.
-    out: Outbound,
-}
-
-/// The listeners of one query (identical queries of a database share it).
-struct Group {
-    /// The query's current result, changed one committed document at a time.
-    view: View,
-    /// The version the view reflects.
-    version: u64,
-    /// In no particular order: removal swaps the last one into the gap.
-    subscribers: Vec<Subscriber>,
-}
-
-/// Where a target's subscription is: its group and its index in the group's subscribers.
-struct Slot {
-    /// The group's key: the encoded query.
-    key: Arc<[u8]>,
-    /// The target's index in the group's `subscribers`.
-    index: usize,
-}
 
 /// Runs a query against the latest committed state: (documents, version).
 pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryError>;
@@ -65,51 +54,6 @@ pub type CatchUp<'a> = &'a mut dyn FnMut(u64) -> Vec<Committed>;
 
 /// Most times one round takes in later commits for refills that read ahead of it.
 const CATCH_UP: usize = 4;
-
-#[derive(Default)]
-struct Inner {
-    /// Every live query of the database, by encoded query.
-    groups: HashMap<Arc<[u8]>, Group>,
-    /// Where each (connection, target id) is subscribed, so unlisten is O(1).
-    by_target: HashMap<(u64, u32), Slot>,
-    /// The targets of each connection, so closing one is O(its targets).
-    by_conn: HashMap<u64, Vec<u32>>,
-    /// Initial results held back until the published version reaches theirs (the initial
-    /// read saw commits not yet published): sending them earlier would let a `Snapshot` of
-    /// an older version cover contents of a newer one.
-    pending: Vec<(Outbound, u64, Vec<ServerMessage>)>,
-}
-
-impl Inner {
-    /// Removes a target in O(1); false if it did not exist.
-    fn unlisten(&mut self, conn: u64, target_id: u32) -> bool {
-        let Some(slot) = self.by_target.remove(&(conn, target_id)) else {
-            return false;
-        };
-        if let Some(g) = self.groups.get_mut(&slot.key[..]) {
-            let removed = g.subscribers.swap_remove(slot.index);
-            debug_assert!(removed.out.conn() == conn && removed.target_id == target_id);
-            removed.out.targets().fetch_sub(1, Ordering::Relaxed);
-            if let Some(moved) = g.subscribers.get(slot.index) {
-                if let Some(m) = self.by_target.get_mut(&(moved.out.conn(), moved.target_id)) {
-                    m.index = slot.index;
-                }
-            }
-            if g.subscribers.is_empty() {
-                self.groups.remove(&slot.key[..]);
-            }
-        }
-        if let Some(targets) = self.by_conn.get_mut(&conn) {
-            if let Some(p) = targets.iter().position(|t| *t == target_id) {
-                targets.swap_remove(p);
-            }
-            if targets.is_empty() {
-                self.by_conn.remove(&conn);
-            }
-        }
-        true
-    }
-}
 
 /// The fan-out of one database.
 pub struct Fanout {
@@ -127,8 +71,12 @@ pub struct Fanout {
 /// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
 fn retarget(template: &[u8], target_id: u32) -> Bytes {
     // The template was encoded with target id 0, one varint byte.
+    let (ty, rest) = match template {
+        [ty, _, rest @ ..] => (*ty, rest),
+        _ => (0, &[][..]),
+    };
     let mut out = Vec::with_capacity(template.len() + 4);
-    out.push(template[0]);
+    out.push(ty);
     let mut v = target_id;
     loop {
         let b = (v & 0x7F) as u8;
@@ -139,7 +87,7 @@ fn retarget(template: &[u8], target_id: u32) -> Bytes {
         }
         out.push(b | 0x80);
     }
-    out.extend_from_slice(&template[2..]);
+    out.extend_from_slice(rest);
     Bytes::from(out)
 }
 
@@ -153,7 +101,8 @@ const CHUNK_BYTES: usize = hearth_core::protocol::MAX_FRAME_BYTES / 2;
 /// Splits changes into frames' worth; a result too big for one frame travels as several
 /// TargetChange messages before the Snapshot (docs/protocol.md).
 fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
-    let mut out = vec![Vec::new()];
+    let mut out = Vec::new();
+    let mut part = Vec::new();
     let mut size = 0;
     for c in changes {
         let n = match &c {
@@ -165,13 +114,14 @@ fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
             }
             DocumentChange::Remove(_) | DocumentChange::Delete { .. } => 64,
         };
-        if size + n > CHUNK_BYTES && !out.last().expect("never empty").is_empty() {
-            out.push(Vec::new());
+        if size + n > CHUNK_BYTES && !part.is_empty() {
+            out.push(std::mem::take(&mut part));
             size = 0;
         }
         size += n;
-        out.last_mut().expect("never empty").push(c);
+        part.push(c);
     }
+    out.push(part);
     out
 }
 
@@ -196,6 +146,9 @@ fn target_change_messages(
         })
         .collect()
 }
+
+/// A round's document states still to apply to each group (by key), in commit order.
+type Due<'a> = HashMap<Arc<[u8]>, Vec<(&'a DocumentName, Option<&'a Document>)>>;
 
 /// Each document's last state in a round of commits, and the version that wrote it.
 type RoundStates<'a> = HashMap<&'a DocumentName, (Option<&'a Document>, u64)>;
@@ -249,7 +202,6 @@ fn to_wire(changes: &[DocChange], states: &RoundStates) -> Vec<DocumentChange> {
 fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentChange>) {
     let whole = || {
         view.documents()
-            .iter()
             .cloned()
             .map(DocumentChange::Upsert)
             .collect::<Vec<_>>()
@@ -262,7 +214,7 @@ fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentC
     let held: HashMap<&DocumentName, &Document> = if changed.states.is_empty() {
         HashMap::new()
     } else {
-        view.documents().iter().map(|d| (&d.name, d)).collect()
+        view.documents().map(|d| (&d.name, d)).collect()
     };
     let (kind, mut changes) = if windowed {
         (TargetChangeKind::Reset, whole())
@@ -387,7 +339,7 @@ impl Fanout {
     pub fn new(version: u64) -> Fanout {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Fanout {
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner::new(version)),
             published: AtomicU64::new(version),
             split: (PARALLEL_FROM, cores.min(8)),
         }
@@ -399,9 +351,27 @@ impl Fanout {
         self.published.load(Ordering::Acquire)
     }
 
+    /// Takes the fan-out lock. A lock poisoned by a panic under it (a bug: nothing there
+    /// panics on data) is taken anyway, after ending every target with `internal` and
+    /// forgetting every group, since a view may have been left half updated.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                let mut guard = poisoned.into_inner();
+                self.inner.clear_poison();
+                tracing::error!(
+                    "a panic under the fan-out lock: every listen of the database ends"
+                );
+                guard.reset_after_panic();
+                guard
+            }
+        }
+    }
+
     /// Number of targets listening.
     pub fn listens(&self) -> usize {
-        self.inner.lock().expect("fanout lock").by_target.len()
+        self.lock().by_target.len()
     }
 
     /// Adds a target. `initial` reads the query's current result when no identical query
@@ -416,7 +386,7 @@ impl Fanout {
     ) -> Result<Listened, QueryError> {
         let mut encoded = Vec::new();
         encode_query(&query, &mut encoded);
-        let mut guard = self.inner.lock().expect("fanout lock");
+        let mut guard = self.lock();
         let inner = &mut *guard;
         if inner.by_target.contains_key(&(out.conn(), target_id)) {
             return Err(QueryError::InvalidArgument(format!(
@@ -428,7 +398,7 @@ impl Fanout {
             None => {
                 let (docs, version) = initial(&query)?;
                 let k: Arc<[u8]> = encoded.into();
-                inner.groups.insert(
+                inner.add_group(
                     k.clone(),
                     Group {
                         view: View::new(query, docs),
@@ -439,22 +409,40 @@ impl Fanout {
                 k
             }
         };
-        let group = inner.groups.get_mut(&key[..]).expect("inserted above");
-        let start = start(group.version);
+        let applied = inner.applied;
+        let Some(group) = inner.groups.get_mut(&key[..]) else {
+            // Not reached: the group was found or added above, under the same lock.
+            return Err(QueryError::Corrupt("a listen group vanished".into()));
+        };
+        let version = group.version.max(applied);
+        let start = start(version);
         if matches!(start, Start::Behind) {
             if group.subscribers.is_empty() {
-                inner.groups.remove(&key[..]);
+                inner.remove_group(&key[..]);
             }
             return Ok(Listened::Behind);
         }
         let (kind, changes) = resume_changes(&group.view, start);
-        let messages = target_change_messages(target_id, kind, changes);
+        // Encoded before the target is added: a document the encoding refuses ends this
+        // listen only.
+        let frames: Result<Vec<Bytes>, _> = target_change_messages(target_id, kind, changes)
+            .iter()
+            .map(|m| try_encode_server(m).map(Bytes::from))
+            .collect();
+        let frames = match frames {
+            Ok(f) => f,
+            Err(e) => {
+                if group.subscribers.is_empty() {
+                    inner.remove_group(&key[..]);
+                }
+                return Err(QueryError::Corrupt(e.to_string()));
+            }
+        };
         let index = group.subscribers.len();
         group.subscribers.push(Subscriber {
             target_id,
             out: out.clone(),
         });
-        let version = group.version;
         inner
             .by_target
             .insert((out.conn(), target_id), Slot { key, index });
@@ -462,27 +450,24 @@ impl Fanout {
         out.targets().fetch_add(1, Ordering::Relaxed);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
-            for m in &messages {
-                out.send_message(m);
+            for f in frames {
+                out.send(f);
             }
             out.send_message(&ServerMessage::Snapshot { version: published });
         } else {
-            inner.pending.push((out.clone(), version, messages));
+            inner.pending.push((out.clone(), version, frames));
         }
         Ok(Listened::Started)
     }
 
     /// Removes a target; false if it did not exist. O(1).
     pub fn unlisten(&self, conn: u64, target_id: u32) -> bool {
-        self.inner
-            .lock()
-            .expect("fanout lock")
-            .unlisten(conn, target_id)
+        self.lock().unlisten(conn, target_id)
     }
 
     /// Removes every target of a connection and returns their ids (the connection stays).
     pub fn end_listens(&self, conn: u64) -> Vec<u32> {
-        let mut guard = self.inner.lock().expect("fanout lock");
+        let mut guard = self.lock();
         let inner = &mut *guard;
         let targets = inner.by_conn.remove(&conn).unwrap_or_default();
         for t in &targets {
@@ -511,29 +496,42 @@ impl Fanout {
         let Some(mut last) = commits.last().map(|c| c.version) else {
             return 0;
         };
-        let mut guard = self.inner.lock().expect("fanout lock");
+        let mut guard = self.lock();
         let inner = &mut *guard;
-        // Every view advances to `last`. A limited view that lost a document reads the
+        // Every view advances to `last`; a change is applied only to the groups whose
+        // source can hold its document. A limited view that lost a document reads the
         // latest state to refill, which may include commits not yet published; those are
         // then taken into this round too (up to CATCH_UP times), so that every target is
         // consistent at the one version the round's `Snapshot` names.
+        let applied = inner.applied;
         let mut extra: Vec<Committed> = Vec::new();
         let mut changed: HashMap<Arc<[u8]>, Vec<DocChange>> = HashMap::new();
         let mut passes = 0;
         loop {
-            for (key, group) in inner.groups.iter_mut() {
+            // Each group's changes not yet applied to it, in commit order.
+            let mut due: Due = HashMap::new();
+            for c in commits.iter().chain(&extra).filter(|c| c.version <= last) {
+                for (name, new) in &c.changes {
+                    for key in inner.relevant(name) {
+                        let current = inner.groups.get(key).map_or(u64::MAX, |g| g.version);
+                        if c.version > current.max(applied) {
+                            due.entry(key.clone())
+                                .or_default()
+                                .push((name, new.as_ref()));
+                        }
+                    }
+                }
+            }
+            for (key, states) in due {
+                let Some(group) = inner.groups.get_mut(&key[..]) else {
+                    continue;
+                };
                 let mut changes = Vec::new();
                 let mut refill = false;
-                for c in commits
-                    .iter()
-                    .chain(&extra)
-                    .filter(|c| c.version > group.version && c.version <= last)
-                {
-                    for (name, new) in &c.changes {
-                        let u = group.view.apply(name, new.as_ref());
-                        changes.extend(u.changes);
-                        refill |= u.needs_refill;
-                    }
+                for (name, new) in states {
+                    let u = group.view.apply(name, new);
+                    changes.extend(u.changes);
+                    refill |= u.needs_refill;
                 }
                 group.version = group.version.max(last);
                 if refill {
@@ -541,6 +539,7 @@ impl Fanout {
                         Ok((docs, version)) => {
                             changes.extend(group.view.reset(docs));
                             group.version = group.version.max(version);
+                            inner.read = inner.read.max(version);
                         }
                         Err(e) => {
                             tracing::error!(error = %e, "refilling a limited listen failed");
@@ -548,16 +547,11 @@ impl Fanout {
                     }
                 }
                 if !changes.is_empty() {
-                    changed.entry(key.clone()).or_default().extend(changes);
+                    changed.entry(key).or_default().extend(changes);
                 }
             }
             // The furthest any view has read (a refill now, or an initial read earlier).
-            let ahead = inner
-                .groups
-                .values()
-                .map(|g| g.version)
-                .max()
-                .unwrap_or(last);
+            let ahead = inner.read;
             if ahead <= last {
                 break;
             }
@@ -584,6 +578,7 @@ impl Fanout {
             }
             extra.extend(got);
         }
+        inner.applied = inner.applied.max(last);
         let mut frames = 0;
         let snapshot = Bytes::from(encode_server(&ServerMessage::Snapshot { version: last }));
         // Connections owed a `Snapshot` at the end of the round.
@@ -595,9 +590,9 @@ impl Fanout {
                 .into_iter()
                 .partition(|(_, v, _)| *v <= last);
             inner.pending = waiting;
-            for (o, _, messages) in due {
-                for m in &messages {
-                    if o.send_message(m) {
+            for (o, _, initial) in due {
+                for f in initial {
+                    if o.send(f) {
                         frames += 1;
                     }
                 }
@@ -612,13 +607,32 @@ impl Fanout {
                 continue;
             };
             let parts = chunks(to_wire(&changes, &states));
-            let n = parts.len();
-            for (i, part) in parts.into_iter().enumerate() {
-                let template = encode_server(&ServerMessage::TargetChange {
-                    target_id: 0,
-                    kind: TargetChangeKind::Delta,
-                    changes: part,
-                });
+            // Every part encoded before any is written: a document the encoding refuses
+            // ends this group's targets (and no other), none of its parts sent.
+            let templates: Result<Vec<Vec<u8>>, _> = parts
+                .into_iter()
+                .map(|part| {
+                    try_encode_server(&ServerMessage::TargetChange {
+                        target_id: 0,
+                        kind: TargetChangeKind::Delta,
+                        changes: part,
+                    })
+                })
+                .collect();
+            let templates = match templates {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "a listen's change cannot be encoded: its targets end");
+                    inner.end_group(
+                        &key,
+                        ErrorCode::DataLoss,
+                        &format!("the relay cannot send this listen's result: {e}"),
+                    );
+                    continue;
+                }
+            };
+            let n = templates.len();
+            for (i, template) in templates.into_iter().enumerate() {
                 let round = Round {
                     template: &template,
                     last_part: i + 1 == n,
@@ -676,5 +690,6 @@ impl Fanout {
     }
 }
 
+mod groups;
 #[cfg(test)]
 mod tests;

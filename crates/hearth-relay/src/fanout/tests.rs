@@ -208,3 +208,192 @@ async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() 
         }
     }
 }
+
+/// The next frame's message.
+async fn next_message(r: &mut FrameReader, c: &mut tokio::net::TcpStream) -> ServerMessage {
+    let (_, payload) = r.next(c).await;
+    decode_server(&payload).unwrap()
+}
+
+fn commit(version: u64, docs: &[&Document]) -> Committed {
+    Committed {
+        database: "db".into(),
+        version,
+        changes: docs
+            .iter()
+            .map(|d| (d.name.clone(), Some((*d).clone())))
+            .collect(),
+    }
+}
+
+fn no_refill(_: &Query) -> Result<(Vec<Document>, u64), QueryError> {
+    unreachable!("no limit: no refill")
+}
+
+/// A committed document the wire encoding refuses (here an empty field name, which only a
+/// bug or a foreign writer lets into the store) ends the targets whose result holds it,
+/// with `data-loss` naming it; the other targets, and the fan-out, go on.
+#[tokio::test]
+async fn a_document_the_encoding_refuses_ends_only_the_targets_it_reaches() {
+    let all = validate(&Query::collection(CollectionPath::parse("items").unwrap())).unwrap();
+    let sevens = validate(
+        &Query::collection(CollectionPath::parse("items").unwrap()).where_(
+            "n",
+            hearth_core::query::model::Operator::Equal,
+            7,
+        ),
+    )
+    .unwrap();
+    let fanout = Fanout::new(1);
+    let (out_all, _r1, mut c_all) = pair(1 << 20).await;
+    let (out_sevens, _r2, mut c_sevens) = pair(1 << 20).await;
+    let (mut r_all, mut r_sevens) = (FrameReader::default(), FrameReader::default());
+    for (out, q) in [(&out_all, &all), (&out_sevens, &sevens)] {
+        fanout
+            .listen(out, 1, q.clone(), |_| Ok((Vec::new(), 1)), |_| Start::Fresh)
+            .unwrap();
+    }
+    let mut docs = Vec::new();
+    assert_eq!(next_snapshot(&mut r_all, &mut c_all, &mut docs).await, 1);
+    assert_eq!(
+        next_snapshot(&mut r_sevens, &mut c_sevens, &mut docs).await,
+        1
+    );
+
+    let mut bad = doc("bad", 1, 2);
+    Arc::make_mut(&mut bad.fields).insert(String::new(), Value::Integer(1));
+    assert!(hearth_core::encoding::document::encode_document(&bad).is_err());
+    let seven = doc("seven", 7, 2);
+    fanout.publish(&[commit(2, &[&bad, &seven])], &no_refill, &mut |_| {
+        Vec::new()
+    });
+
+    match next_message(&mut r_all, &mut c_all).await {
+        ServerMessage::Error {
+            target_id,
+            code,
+            message,
+            ..
+        } => {
+            assert_eq!(target_id, 1);
+            assert_eq!(code, ErrorCode::DataLoss);
+            assert!(message.contains("items/bad"), "{message}");
+        }
+        other => panic!("expected the target's end, got {other:?}"),
+    }
+    let mut sevens_docs = Vec::new();
+    assert_eq!(
+        next_snapshot(&mut r_sevens, &mut c_sevens, &mut sevens_docs).await,
+        2
+    );
+    assert_eq!(sevens_docs, vec![seven.clone()]);
+    assert_eq!(
+        fanout.listens(),
+        1,
+        "only the target holding the document ended"
+    );
+
+    // The fan-out goes on: the next commit reaches the other target, and a new listen
+    // works (the lock is not poisoned).
+    let seven_b = doc("seven-b", 7, 3);
+    fanout.publish(&[commit(3, &[&seven_b])], &no_refill, &mut |_| Vec::new());
+    assert_eq!(
+        next_snapshot(&mut r_sevens, &mut c_sevens, &mut sevens_docs).await,
+        3
+    );
+    assert_eq!(sevens_docs.len(), 2);
+    let (out_again, _r3, mut c_again) = pair(1 << 20).await;
+    fanout
+        .listen(
+            &out_again,
+            5,
+            sevens,
+            |_| unreachable!("the group is live"),
+            |_| Start::Fresh,
+        )
+        .unwrap();
+    let mut again = Vec::new();
+    assert_eq!(
+        next_snapshot(&mut FrameReader::default(), &mut c_again, &mut again).await,
+        3
+    );
+    assert_eq!(again.len(), 2);
+
+    // A listen whose initial result holds such a document is refused, alone.
+    let (out_new, _r4, _c_new) = pair(1 << 20).await;
+    let refused = fanout.listen(
+        &out_new,
+        1,
+        all,
+        |_| Ok((vec![bad.clone()], 3)),
+        |_| Start::Fresh,
+    );
+    let err = refused.expect_err("the initial result cannot be encoded");
+    assert_eq!(err.code(), ErrorCode::DataLoss);
+    assert!(err.to_string().contains("items/bad"));
+    assert_eq!(fanout.listens(), 2);
+}
+
+/// A change reaches only the groups whose source can hold it: a collection query of
+/// another collection gets nothing; a collection-group query gets the changes of every
+/// collection with its id.
+#[tokio::test]
+async fn a_change_reaches_only_the_groups_of_its_collection() {
+    let others = validate(&Query::collection(CollectionPath::parse("others").unwrap())).unwrap();
+    let group = validate(&Query::collection_group("items")).unwrap();
+    let fanout = Fanout::new(1);
+    let (out_o, _r1, mut c_o) = pair(1 << 20).await;
+    let (out_g, _r2, mut c_g) = pair(1 << 20).await;
+    let (mut r_o, mut r_g) = (FrameReader::default(), FrameReader::default());
+    fanout
+        .listen(&out_o, 1, others, |_| Ok((Vec::new(), 1)), |_| Start::Fresh)
+        .unwrap();
+    fanout
+        .listen(&out_g, 1, group, |_| Ok((Vec::new(), 1)), |_| Start::Fresh)
+        .unwrap();
+    let mut docs = Vec::new();
+    assert_eq!(next_snapshot(&mut r_o, &mut c_o, &mut docs).await, 1);
+    assert_eq!(next_snapshot(&mut r_g, &mut c_g, &mut docs).await, 1);
+    {
+        let inner = fanout.lock();
+        let top = DocumentName::parse("items/a").unwrap();
+        let nested = DocumentName::parse("users/u/items/b").unwrap();
+        let other = DocumentName::parse("others/c").unwrap();
+        assert_eq!(inner.relevant(&top).count(), 1);
+        assert_eq!(inner.relevant(&nested).count(), 1);
+        assert_eq!(inner.relevant(&other).count(), 1);
+        assert_eq!(
+            inner
+                .relevant(&DocumentName::parse("others/c/items/d").unwrap())
+                .count(),
+            1
+        );
+        assert_eq!(
+            inner.relevant(&DocumentName::parse("x/y").unwrap()).count(),
+            0
+        );
+    }
+    let mut nested = doc("b", 1, 2);
+    nested.name = DocumentName::parse("users/u/items/b").unwrap();
+    fanout.publish(
+        &[commit(2, &[&doc("a", 1, 2), &nested])],
+        &no_refill,
+        &mut |_| Vec::new(),
+    );
+    let mut got = Vec::new();
+    assert_eq!(next_snapshot(&mut r_g, &mut c_g, &mut got).await, 2);
+    assert_eq!(got.len(), 2);
+    // The `others` listener's next frame is the change to its own collection at 3: it got
+    // nothing at 2.
+    let mut o = doc("c", 1, 3);
+    o.name = DocumentName::parse("others/c").unwrap();
+    fanout.publish(&[commit(3, &[&o])], &no_refill, &mut |_| Vec::new());
+    let mut got = Vec::new();
+    assert_eq!(next_snapshot(&mut r_o, &mut c_o, &mut got).await, 3);
+    assert_eq!(got, vec![o]);
+    // The last target of a group gone, its index entry goes too.
+    assert!(fanout.unlisten(out_o.conn(), 1));
+    let inner = fanout.lock();
+    assert!(inner.by_collection.is_empty());
+    assert_eq!(inner.by_group.len(), 1);
+}

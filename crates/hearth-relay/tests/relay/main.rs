@@ -8,6 +8,7 @@ mod changelog;
 mod crash;
 mod flood;
 mod harness;
+mod hostile_fanout;
 mod hostile_queries;
 mod hostile_writes;
 mod index_builds;

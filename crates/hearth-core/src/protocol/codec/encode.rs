@@ -1,7 +1,7 @@
 //! The codec's encoders: messages, queries and mutations to bytes, in the layout drawn in
 //! the codec's module doc. Encoding cannot fail; what it writes, the decoders read back.
 
-use crate::document::Document;
+use crate::document::{Document, DocumentError};
 use crate::encoding::document::{encode_document, encode_fields, encode_value};
 use crate::encoding::key::Direction;
 use crate::encoding::varint::{put as put_varint, zigzag};
@@ -92,15 +92,34 @@ pub fn encode_client(m: &ClientMessage) -> Vec<u8> {
     out
 }
 
+/// A relay message carries a document the document encoding refuses.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("document `{name}` in a message is invalid: {source}")]
+pub struct MessageEncodeError {
+    /// The refused document.
+    pub name: DocumentName,
+    /// Why the document encoding refused it.
+    pub source: DocumentError,
+}
+
 /// Encodes a relay message as one frame. The caller keeps a frame within
 /// [`MAX_FRAME_BYTES`](crate::protocol::MAX_FRAME_BYTES) (splitting large results over several messages).
 ///
 /// # Panics
 ///
 /// If a carried document is one the document encoding refuses (an empty field name, a
-/// document over 1 MiB, ...): the relay only holds documents that passed that check.
+/// document over 1 MiB, ...): the relay only holds documents that passed that check. Where
+/// a panic would cost more than one reply (under a lock), use [`try_encode_server`].
 pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
+    try_encode_server(m).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Encodes a relay message as one frame, or says which carried document the document
+/// encoding refuses (the first one).
+pub fn try_encode_server(m: &ServerMessage) -> Result<Vec<u8>, MessageEncodeError> {
     let mut out = Vec::new();
+    let mut refused: Option<MessageEncodeError> = None;
+    let mut put_document = |doc: &Document, out: &mut Vec<u8>| put_document(doc, out, &mut refused);
     match m {
         ServerMessage::Welcome {
             protocol_version,
@@ -124,7 +143,7 @@ pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
             put_varint(*version, &mut out);
             put_list(documents, &mut out, |(name, doc), out| {
                 put_name(name, out);
-                put_option(doc.as_ref(), out, put_document);
+                put_option(doc.as_ref(), out, &mut put_document);
             });
         }
         ServerMessage::QueryResult {
@@ -135,7 +154,7 @@ pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
             out.push(ty::QUERY_RESULT);
             put_varint(*request_id, &mut out);
             put_varint(*version, &mut out);
-            put_list(documents, &mut out, put_document);
+            put_list(documents, &mut out, &mut put_document);
         }
         ServerMessage::AggregationResult {
             request_id,
@@ -210,7 +229,10 @@ pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
             put_str(message, &mut out);
         }
     }
-    out
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Appends the encoding of a query (the `query` of the frame layout). Filters nested deeper
@@ -316,11 +338,21 @@ fn put_field_path(path: &FieldPath, out: &mut Vec<u8>) {
     put_list(path.segments(), out, |s, out| put_str(s, out));
 }
 
-fn put_document(doc: &Document, out: &mut Vec<u8>) {
-    let bytes = encode_document(doc)
-        .unwrap_or_else(|e| panic!("document `{}` in a message is invalid: {e}", doc.name));
-    put_varint(bytes.len() as u64, out);
-    out.extend_from_slice(&bytes);
+/// Writes a document; one the document encoding refuses is recorded in `refused` (the
+/// first one) and written as nothing, the message being void.
+fn put_document(doc: &Document, out: &mut Vec<u8>, refused: &mut Option<MessageEncodeError>) {
+    match encode_document(doc) {
+        Ok(bytes) => {
+            put_varint(bytes.len() as u64, out);
+            out.extend_from_slice(&bytes);
+        }
+        Err(source) => {
+            refused.get_or_insert(MessageEncodeError {
+                name: doc.name.clone(),
+                source,
+            });
+        }
+    }
 }
 
 fn put_list<T>(items: &[T], out: &mut Vec<u8>, mut put: impl FnMut(&T, &mut Vec<u8>)) {

@@ -90,7 +90,10 @@ mod encode;
 mod tests;
 
 pub use decode::{decode_client, decode_mutation, decode_query, decode_server, peek_hello_version};
-pub use encode::{encode_client, encode_mutation, encode_query, encode_server};
+pub use encode::{
+    encode_client, encode_mutation, encode_query, encode_server, try_encode_server,
+    MessageEncodeError,
+};
 
 use crate::document::DocumentError;
 use crate::encoding::document::DecodeError;
