@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::store::{DatabaseView, Store, StoreError};
 use crate::supervise::{panic_message, supervised};
 use hearth_core::document::Document;
+use hearth_core::index::def::IndexCatalog;
 use hearth_core::kv::block_on_ready;
 use hearth_core::protocol::MAX_FRAME_BYTES;
 use hearth_core::query::execute::{run_aggregation, run_query, run_query_within};
@@ -220,17 +221,10 @@ impl Relay {
         q: &Query,
         max_bytes: Option<usize>,
     ) -> Result<(Vec<Document>, u64), QueryError> {
-        let snap = self.store.snapshot().map_err(storage)?;
-        let view = snap
-            .database(db.name())
-            .with_budget(self.config.max_scan_rows);
-        let version = view.version().map_err(storage)?;
-        let catalog = db.catalog().clone();
-        let docs = match max_bytes {
-            Some(max) => block_on_ready(run_query_within(&view, &catalog, q, max)),
-            None => block_on_ready(run_query(&view, &catalog, q)),
-        };
-        Ok((self.within_budget(&view, docs)?, version))
+        self.read_latest(db, |view, catalog| match max_bytes {
+            Some(max) => block_on_ready(run_query_within(view, catalog, q, max)),
+            None => block_on_ready(run_query(view, catalog, q)),
+        })
     }
 
     /// Runs aggregations over `q` on the latest committed state: (values, version).
@@ -240,14 +234,26 @@ impl Relay {
         q: &Query,
         aggs: &[Aggregation],
     ) -> Result<(Vec<Value>, u64), QueryError> {
+        self.read_latest(db, |view, catalog| {
+            block_on_ready(run_aggregation(view, catalog, q, aggs))
+        })
+    }
+
+    /// Runs `read` over database `db` at the latest committed state, its scans bounded by
+    /// `--max-scan-rows`: its result and the version read.
+    fn read_latest<T>(
+        &self,
+        db: &Database,
+        read: impl FnOnce(&DatabaseView, &IndexCatalog) -> Result<T, QueryError>,
+    ) -> Result<(T, u64), QueryError> {
         let snap = self.store.snapshot().map_err(storage)?;
         let view = snap
             .database(db.name())
             .with_budget(self.config.max_scan_rows);
         let version = view.version().map_err(storage)?;
         let catalog = db.catalog().clone();
-        let values = block_on_ready(run_aggregation(&view, &catalog, q, aggs));
-        Ok((self.within_budget(&view, values)?, version))
+        let result = read(&view, &catalog);
+        Ok((self.within_budget(&view, result)?, version))
     }
 
     /// `result`, or `resource-exhausted` when it failed for passing the scan budget.

@@ -156,9 +156,20 @@ impl Store {
 
     /// The index file a database's entries were last built for, if any.
     pub fn stored_indexes(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
+        self.index_file_record(db, "indexes", "stored index definitions")
+    }
+
+    /// The index file in `db`'s `meta` record `<kind>/<db>`, if any (`what` names it in
+    /// the error when it does not parse).
+    fn index_file_record(
+        &self,
+        db: &str,
+        kind: &str,
+        what: &str,
+    ) -> Result<Option<IndexFile>, StoreError> {
         let txn = self.db.begin_read()?;
         let meta = txn.open_table(META)?;
-        let Some(v) = meta.get(format!("indexes/{db}").as_str())? else {
+        let Some(v) = meta.get(format!("{kind}/{db}").as_str())? else {
             return Ok(None);
         };
         let text = String::from_utf8_lossy(v.value()).into_owned();
@@ -166,7 +177,7 @@ impl Store {
             .map(Some)
             .map_err(|e| StoreError::Corrupt {
                 db: db.to_owned(),
-                what: format!("stored index definitions: {e}"),
+                what: format!("{what}: {e}"),
             })
     }
 
@@ -288,18 +299,7 @@ impl Store {
     /// The index definitions of a build of `db`'s indexes that started and has not
     /// finished (see [`Store::begin_build`]), if any.
     pub fn interrupted_build(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        let Some(v) = meta.get(format!("building/{db}").as_str())? else {
-            return Ok(None);
-        };
-        let text = String::from_utf8_lossy(v.value()).into_owned();
-        parse_index_file(&text)
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt {
-                db: db.to_owned(),
-                what: format!("definitions of an index build: {e}"),
-            })
+        self.index_file_record(db, "building", "definitions of an index build")
     }
 
     /// Records that `db`'s index entries are being built for `target` (a superset of the

@@ -477,3 +477,47 @@ pub fn metric(text: &str, sample: &str) -> Option<f64> {
         (k == sample).then(|| v.parse().ok()).flatten()
     })
 }
+
+/// Valid frames of every request kind, for tests that corrupt or repeat them.
+pub fn sample_frames() -> Vec<Vec<u8>> {
+    let q = hearth_core::query::model::Query::collection(coll("steady"))
+        .where_(
+            "n",
+            hearth_core::query::model::Operator::GreaterThan,
+            int(1),
+        )
+        .limit(3);
+    vec![
+        encode_client(&ClientMessage::Write {
+            request_id: 7,
+            batch_id: 9,
+            mutations: vec![hearth_core::mutation::Mutation::set(
+                name("junk/a"),
+                map([("s", s("hello")), ("arr", arr(&["x", "y"]))]),
+            )],
+            reads: vec![(name("junk/b"), Some(3))],
+        }),
+        encode_client(&ClientMessage::RunQuery {
+            request_id: 1,
+            query: q.clone(),
+        }),
+        encode_client(&ClientMessage::Listen {
+            target_id: 5,
+            query: q,
+            resume_version: Some(1),
+        }),
+        encode_client(&ClientMessage::Get {
+            request_id: 2,
+            names: vec![name("junk/a"), name("junk/c/d/e")],
+        }),
+    ]
+}
+
+/// Six `in` filters of 30 values on different fields: 30^6 disjunctions.
+pub fn exploding(collection: &str) -> hearth_core::query::model::Query {
+    let values = Value::Array((0..30).map(int).collect());
+    ["a", "b", "c", "d", "e", "f"].iter().fold(
+        hearth_core::query::model::Query::collection(coll(collection)),
+        |q, f| q.where_(f, hearth_core::query::model::Operator::In, values.clone()),
+    )
+}

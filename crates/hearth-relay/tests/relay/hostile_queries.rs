@@ -16,16 +16,6 @@ use hearth_core::value::Value;
 
 use crate::harness::*;
 
-/// Six `in` filters of 30 values on different fields: 30^6 disjunctions.
-fn exploding(collection: &str) -> Query {
-    let values = Value::Array((0..30).map(int).collect());
-    ["a", "b", "c", "d", "e", "f"]
-        .iter()
-        .fold(Query::collection(coll(collection)), |q, f| {
-            q.where_(f, Op::In, values.clone())
-        })
-}
-
 /// Writes one document and waits for the listener to show it, over and over until `stop`;
 /// the latency of each round trip (write sent to snapshot seen).
 async fn bystander(client: Client, stop: Arc<AtomicBool>) -> Vec<Duration> {

@@ -80,40 +80,6 @@ fn random_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
-fn sample_frames() -> Vec<Vec<u8>> {
-    let q = Query::collection(coll("steady"))
-        .where_(
-            "n",
-            hearth_core::query::model::Operator::GreaterThan,
-            int(1),
-        )
-        .limit(3);
-    vec![
-        encode_client(&ClientMessage::Write {
-            request_id: 7,
-            batch_id: 9,
-            mutations: vec![Mutation::set(
-                name("junk/a"),
-                map([("s", s("hello")), ("arr", arr(&["x", "y"]))]),
-            )],
-            reads: vec![(name("junk/b"), Some(3))],
-        }),
-        encode_client(&ClientMessage::RunQuery {
-            request_id: 1,
-            query: q.clone(),
-        }),
-        encode_client(&ClientMessage::Listen {
-            target_id: 5,
-            query: q,
-            resume_version: Some(1),
-        }),
-        encode_client(&ClientMessage::Get {
-            request_id: 2,
-            names: vec![name("junk/a"), name("junk/c/d/e")],
-        }),
-    ]
-}
-
 #[tokio::test]
 async fn malformed_frames_end_only_their_own_connection() {
     let relay = Relay::fresh(&[]);

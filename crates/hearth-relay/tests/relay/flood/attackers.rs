@@ -96,36 +96,6 @@ fn splice_string(frame: &[u8], from: &str, to: &[u8]) -> Vec<u8> {
     out
 }
 
-fn sample_frames() -> Vec<Vec<u8>> {
-    let q = Query::collection(coll("junk"))
-        .where_("n", Op::GreaterThan, int(1))
-        .limit(3);
-    vec![
-        encode_client(&ClientMessage::Write {
-            request_id: 7,
-            batch_id: 9,
-            mutations: vec![Mutation::set(
-                name("junk/a"),
-                map([("s", s("hello")), ("arr", arr(&["x", "y"]))]),
-            )],
-            reads: vec![(name("junk/b"), Some(3))],
-        }),
-        encode_client(&ClientMessage::RunQuery {
-            request_id: 1,
-            query: q.clone(),
-        }),
-        encode_client(&ClientMessage::Listen {
-            target_id: 5,
-            query: q,
-            resume_version: None,
-        }),
-        encode_client(&ClientMessage::Get {
-            request_id: 2,
-            names: vec![name("junk/a"), name("junk/c/d/e")],
-        }),
-    ]
-}
-
 /// A Write of `flood/deep` whose field `x` holds maps nested `depth` levels around a null,
 /// built byte by byte (a `Value` that deep is costly to build and to drop).
 fn deep_write(depth: usize) -> Vec<u8> {
@@ -425,16 +395,6 @@ pub(super) async fn oversized(url: String, deadline: Instant, mut rng: Rng) -> T
         t.took(started);
     }
     t
-}
-
-/// Six `in` filters of 30 values on different fields: 30^6 disjunctions.
-fn exploding(collection: &str) -> Query {
-    let values = Value::Array((0..30).map(int).collect());
-    ["a", "b", "c", "d", "e", "f"]
-        .iter()
-        .fold(Query::collection(coll(collection)), |q, f| {
-            q.where_(f, Op::In, values.clone())
-        })
 }
 
 /// (d) Exploding queries as one-time queries, aggregations and listens: each refused with
