@@ -481,9 +481,11 @@ fn apply_round(
             };
             // Apply the whole batch in memory first: it commits whole or not at all.
             let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+            // Where each document written so far is in `overlay`.
+            let mut at: HashMap<&DocumentName, usize> = HashMap::new();
             let mut failed = None;
             for m in &req.mutations {
-                let pos = overlay.iter().position(|(n, _, _)| *n == m.name);
+                let pos = at.get(&m.name).copied();
                 let base = match pos {
                     Some(i) => overlay[i].2.clone(),
                     None => read_doc(&docs, &m.name)?,
@@ -491,7 +493,10 @@ fn apply_round(
                 match m.apply(base.as_ref(), &ctx) {
                     Ok(new) => match pos {
                         Some(i) => overlay[i].2 = new,
-                        None => overlay.push((m.name.clone(), base, new)),
+                        None => {
+                            at.insert(&m.name, overlay.len());
+                            overlay.push((m.name.clone(), base, new));
+                        }
                     },
                     Err(e) => {
                         failed = Some(WriteError::from(e));

@@ -12,6 +12,9 @@ use super::{error, now_unix, Connection};
 /// and how many times (see `Connection::listen`).
 const BEHIND_WAIT: Duration = Duration::from_millis(2);
 const BEHIND_TRIES: u32 = 50;
+
+/// Most writes (and most transaction reads) in one batch.
+const MAX_WRITES_PER_BATCH: usize = 10_000;
 use crate::commit::{batch_digest, Refused, WriteError, WriteRequest};
 use crate::databases::Database;
 use crate::fanout::{Changed, Listened, Start};
@@ -319,6 +322,19 @@ impl Connection {
             batch = batch_id,
             "write received"
         );
+        if mutations.len() > MAX_WRITES_PER_BATCH || reads.len() > MAX_WRITES_PER_BATCH {
+            self.send(&error(
+                request_id,
+                0,
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a batch may hold at most {MAX_WRITES_PER_BATCH} writes and {MAX_WRITES_PER_BATCH} transaction reads; this one has {} and {}: split it",
+                    mutations.len(),
+                    reads.len()
+                ),
+            ));
+            return;
+        }
         for m in &mutations {
             if let Err(e) = m.validate() {
                 let e = WriteError::from(e);

@@ -251,3 +251,32 @@ async fn index_entries_per_document_and_per_batch_are_limited() {
         .expect("35,000 entries");
     }
 }
+
+/// A batch of 10,000 writes to distinct documents commits in time linear in its size (the
+/// committer found each document's earlier write in the batch by a scan: quadratic), and a
+/// batch over 10,000 writes is refused with `invalid-argument` before it is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_many_writes_costs_linear_time_and_is_bounded() {
+    let relay = Relay::fresh(&[]);
+    let c = relay.client("many").await;
+    let writes = |n: usize| -> Vec<Mutation> {
+        (0..n)
+            .map(|i| Mutation::delete(name(&format!("many/d{i:05}"))))
+            .collect()
+    };
+    let started = Instant::now();
+    within(c.write(writes(10_000)))
+        .await
+        .expect("10,000 writes in one batch");
+    let took = started.elapsed();
+    eprintln!("a batch of 10,000 deletes committed in {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "10,000 writes took {took:?} to commit"
+    );
+    let err = within(c.write(writes(10_001)))
+        .await
+        .expect_err("10,001 writes");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("at most 10000 writes"), "{err}");
+}
