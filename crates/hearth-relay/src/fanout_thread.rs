@@ -142,6 +142,9 @@ fn fan_out(
         let requery = |q: &Query| relay.query_latest(&db, q);
         let mut more = |upto| take_commits(&name, upto, rounds, stash);
         frames += db.fanout().publish(&commits, &requery, &mut more);
+        for _ in 0..db.fanout().take_ended() {
+            relay.metrics().listen_stopped(&name);
+        }
     }
     relay.metrics().frames_sent(frames as u64);
     relay

@@ -64,6 +64,9 @@ pub(super) struct Inner {
     /// read saw commits not yet published): sending them earlier would let a `Snapshot` of
     /// an older version cover contents of a newer one.
     pub(super) pending: Vec<(Outbound, u64, Vec<Bytes>)>,
+    /// Targets the fan-out ended itself (with an error) since the relay last took the
+    /// count, for its listen gauge.
+    pub(super) ended: usize,
 }
 
 impl Inner {
@@ -77,6 +80,7 @@ impl Inner {
             by_target: HashMap::new(),
             by_conn: HashMap::new(),
             pending: Vec::new(),
+            ended: 0,
         }
     }
 
@@ -148,7 +152,9 @@ impl Inner {
             None => return,
         };
         for (conn, target_id, out) in targets {
-            self.unlisten(conn, target_id);
+            if self.unlisten(conn, target_id) {
+                self.ended += 1;
+            }
             out.send_message(&ServerMessage::Error {
                 request_id: 0,
                 target_id,

@@ -351,6 +351,12 @@ impl Fanout {
         self.published.load(Ordering::Acquire)
     }
 
+    /// How many targets the fan-out ended itself (a document it could not send, a
+    /// recovery from a panic) since the last call: they are no longer listens.
+    pub fn take_ended(&self) -> usize {
+        std::mem::take(&mut self.lock().ended)
+    }
+
     /// Takes the fan-out lock. A lock poisoned by a panic under it (a bug: nothing there
     /// panics on data) is taken anyway, after ending every target with `internal` and
     /// forgetting every group, since a view may have been left half updated.

@@ -292,6 +292,8 @@ async fn a_document_the_encoding_refuses_ends_only_the_targets_it_reaches() {
         1,
         "only the target holding the document ended"
     );
+    assert_eq!(fanout.take_ended(), 1, "the ended target is counted once");
+    assert_eq!(fanout.take_ended(), 0);
 
     // The fan-out goes on: the next commit reaches the other target, and a new listen
     // works (the lock is not poisoned).
