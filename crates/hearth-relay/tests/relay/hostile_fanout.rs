@@ -196,3 +196,127 @@ async fn a_tenant_with_large_listens_does_not_starve_a_bystander() {
         pct(&loaded, 0.5)
     );
 }
+
+/// A listen's first result is read outside the fan-out lock and brought forward under it
+/// with the commits made meanwhile: listens started over 8,000 documents while a writer
+/// keeps changing them (and deleting and creating some) each show, at every snapshot, the
+/// query's result at that snapshot's version, which the writer's ledger tells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listens_started_under_writes_begin_at_a_consistent_version() {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+    let relay = Relay::fresh(&[]);
+    let c = relay.client("busy").await;
+    let n = 8_000usize;
+    for chunk in 0..(n / 500) {
+        let batch = (0..500)
+            .map(|i| {
+                let i = chunk * 500 + i;
+                Mutation::set(name(&format!("busy/d{i:05}")), map([("v", int(0))]))
+            })
+            .collect();
+        within(c.write(batch)).await.unwrap();
+    }
+    // The writer's ledger: for each commit version, the document it changed and its new
+    // value (None: deleted).
+    type Ledger = Arc<Mutex<BTreeMap<u64, (String, Option<i64>)>>>;
+    let ledger: Ledger = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (c, ledger, stop) = (relay.client("busy").await, ledger.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut k = 1i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let doc = format!("busy/d{:05}", (k * 7919) as usize % (n + 50));
+                let m = if k % 5 == 0 {
+                    Mutation::delete(name(&doc))
+                } else {
+                    Mutation::set(name(&doc), map([("v", int(k))]))
+                };
+                let v = within(c.write(vec![m])).await.unwrap();
+                ledger
+                    .lock()
+                    .unwrap()
+                    .insert(v, (doc, (k % 5 != 0).then_some(k)));
+                k += 1;
+            }
+        })
+    };
+    let base = within(c.query(&Query::collection(coll("busy"))))
+        .await
+        .unwrap();
+    let start_version = base.1;
+    let start_docs: BTreeMap<String, i64> = base
+        .0
+        .iter()
+        .map(|d| match d.fields.get("v") {
+            Some(hearth_core::value::Value::Integer(v)) => (d.name.to_string(), *v),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Listens (distinct queries, so each reads its own first result) started one after
+    // another while the writer goes on.
+    let mut checked = 0;
+    for i in 0..6 {
+        let lc = relay.client("busy").await;
+        let q = Query::collection(coll("busy")).where_("v", Op::GreaterThanOrEqual, int(-1 - i));
+        let mut l = within(lc.listen(&q, None)).await.unwrap();
+        for _ in 0..3 {
+            let snap = within(l.next()).await.unwrap();
+            // The writer records a commit once acknowledged: wait for the ledger to reach
+            // the snapshot (its versions are consecutive: the writer is alone).
+            within(async {
+                while ledger
+                    .lock()
+                    .unwrap()
+                    .last_key_value()
+                    .is_none_or(|(v, _)| *v < snap.version)
+                {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+            .await;
+            // The result the ledger gives at the snapshot's version.
+            let mut want = start_docs.clone();
+            for (_, (doc, value)) in ledger
+                .lock()
+                .unwrap()
+                .range(start_version + 1..=snap.version)
+            {
+                match value {
+                    Some(v) => {
+                        want.insert(doc.clone(), *v);
+                    }
+                    None => {
+                        want.remove(doc);
+                    }
+                }
+            }
+            let got: BTreeMap<String, i64> = snap
+                .documents
+                .iter()
+                .map(|d| match d.fields.get("v") {
+                    Some(hearth_core::value::Value::Integer(v)) => (d.name.to_string(), *v),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(
+                got.len(),
+                want.len(),
+                "listen {i}: the snapshot at version {} has {} documents, the ledger says {}",
+                snap.version,
+                got.len(),
+                want.len()
+            );
+            assert!(
+                got == want,
+                "listen {i}: the snapshot at version {} differs from the ledger",
+                snap.version
+            );
+            checked += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    within(writer).await.unwrap();
+    eprintln!("{checked} snapshots of listens started under writes match the ledger");
+}
