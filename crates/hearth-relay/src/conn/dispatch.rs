@@ -20,7 +20,6 @@ use crate::databases::Database;
 use crate::fanout::{Changed, Listened, Start};
 use crate::outbound::Outbound;
 use crate::state::Relay;
-use crate::store::DatabaseView;
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
 use hearth_core::mutation::Mutation;
@@ -30,7 +29,6 @@ use hearth_core::protocol::{ClientMessage, ErrorCode, ServerMessage};
 use hearth_core::query::execute::fetch;
 use hearth_core::query::model::{Query, Source};
 use hearth_core::query::validate::{validate, QueryError};
-use hearth_core::query::view::View;
 
 /// A connection's share of bytes in flight, given back when dropped.
 struct InFlight {
@@ -476,24 +474,11 @@ impl ListenStart {
         let store = relay.store().clone();
         let name = db.name().to_owned();
         let (resume, accept_ahead) = (self.resume, self.accept_ahead);
-        // The first read runs before the fan-out lock is taken (a large one would hold up
-        // the fan-out of every database on its thread); under the lock, only the commits
-        // made since are read and applied to it. An identical listen already live has the
-        // result: no read then.
-        let early = if db.fanout().has_group(&q) {
-            None
-        } else {
-            Some(relay.query_latest(db, &q)?)
-        };
-        let initial = |q: &Query| match early {
-            None => relay.query_latest(db, q),
-            Some((docs, read_at)) => catch_up(relay, db, q, docs, read_at),
-        };
         db.fanout().listen(
             &self.out,
             self.target_id,
             q,
-            initial,
+            |q| relay.query_latest(db, q),
             move |at| match resume {
                 None => Start::Fresh,
                 Some(r) if r > at => {
@@ -509,64 +494,24 @@ impl ListenStart {
                     if read_at > at && !accept_ahead {
                         return Start::Behind;
                     }
-                    match changed_states(&view, &source, r, at) {
-                        Some(states) => Start::Resume(Some(Changed { read_at, states })),
-                        None => Start::Resume(None),
+                    // A delta only when the changelog holds every commit in (r, at]; a
+                    // version it lacks (pruned) could hide any change.
+                    let Ok(Some(mut names)) = view.changes_between(r, at) else {
+                        return Start::Resume(None);
+                    };
+                    names.retain(|n| in_source(&source, n));
+                    names.sort();
+                    names.dedup();
+                    let mut states = Vec::with_capacity(names.len());
+                    for n in names {
+                        match block_on_ready(fetch(&view, &n)) {
+                            Ok(d) => states.push((n, d)),
+                            Err(_) => return Start::Resume(None),
+                        }
                     }
+                    Start::Resume(Some(Changed { read_at, states }))
                 }
             },
         )
     }
-}
-
-/// The documents of `source` changed by the commits in `(after, through]`, with their
-/// states in `view`; `None` when the changelog does not hold every one of those commits
-/// (pruned: a version it lacks could hide any change) or a read fails.
-fn changed_states(
-    view: &DatabaseView,
-    source: &Source,
-    after: u64,
-    through: u64,
-) -> Option<Vec<(DocumentName, Option<Document>)>> {
-    let mut names = view.changes_between(after, through).ok()??;
-    names.retain(|n| in_source(source, n));
-    names.sort();
-    names.dedup();
-    names
-        .into_iter()
-        .map(|n| {
-            let d = block_on_ready(fetch(view, &n)).ok()?;
-            Some((n, d))
-        })
-        .collect()
-}
-
-/// A listen's first result, read at `read_at` outside the fan-out lock, brought to the
-/// store's latest version under it: the commits made since are applied to it. A result
-/// that cannot be brought forward (the changelog lost those commits, a limited result
-/// lost a document it would need to refill) is read again.
-fn catch_up(
-    relay: &Relay,
-    db: &Database,
-    q: &Query,
-    docs: Vec<Document>,
-    read_at: u64,
-) -> Result<(Vec<Document>, u64), QueryError> {
-    let storage =
-        |e: crate::store::StoreError| QueryError::Storage(hearth_core::kv::KvError(e.to_string()));
-    let snap = relay.store().snapshot().map_err(storage)?;
-    let view = snap.database(db.name());
-    let now = view.version().map_err(storage)?;
-    if now == read_at {
-        return Ok((docs, read_at));
-    }
-    let Some(states) = changed_states(&view, &q.source, read_at, now) else {
-        return relay.query_latest(db, q);
-    };
-    let mut live = View::new(q.clone(), docs);
-    let update = live.apply_batch(states.iter().map(|(n, d)| (n, d.as_ref())));
-    if update.needs_refill {
-        return relay.query_latest(db, q);
-    }
-    Ok((live.to_vec(), now))
 }

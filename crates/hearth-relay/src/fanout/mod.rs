@@ -380,13 +380,6 @@ impl Fanout {
         self.lock().by_target.len()
     }
 
-    /// Whether a listen of `query` (validated) is live: a new one shares its result.
-    pub fn has_group(&self, query: &Query) -> bool {
-        let mut encoded = Vec::new();
-        encode_query(query, &mut encoded);
-        self.lock().groups.contains_key(&encoded[..])
-    }
-
     /// Adds a target. `initial` reads the query's current result when no identical query
     /// is live; `start` says what the client already has.
     pub fn listen(

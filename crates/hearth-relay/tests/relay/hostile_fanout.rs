@@ -197,10 +197,10 @@ async fn a_tenant_with_large_listens_does_not_starve_a_bystander() {
     );
 }
 
-/// A listen's first result is read outside the fan-out lock and brought forward under it
-/// with the commits made meanwhile: listens started over 8,000 documents while a writer
-/// keeps changing them (and deleting and creating some) each show, at every snapshot, the
-/// query's result at that snapshot's version, which the writer's ledger tells.
+/// Listens started over 8,000 documents while a writer keeps changing them (and deleting
+/// and creating some) each show, at every snapshot, the query's result at that snapshot's
+/// version, which the writer's ledger tells: a first result and the commits around it are
+/// never mixed up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listens_started_under_writes_begin_at_a_consistent_version() {
     use std::collections::BTreeMap;
