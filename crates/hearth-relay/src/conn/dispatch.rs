@@ -28,7 +28,7 @@ use hearth_core::protocol::codec::decode_client;
 use hearth_core::protocol::{ClientMessage, ErrorCode, ServerMessage};
 use hearth_core::query::execute::fetch;
 use hearth_core::query::model::{Query, Source};
-use hearth_core::query::validate::{validate, QueryError};
+use hearth_core::query::validate::{check_listenable, validate, validate_aggregations, QueryError};
 
 /// A connection's share of bytes in flight, given back when dropped.
 struct InFlight {
@@ -167,6 +167,12 @@ impl Connection {
                 query,
                 aggregations,
             } => {
+                // Refused before it waits for a read slot: validation reads nothing.
+                if let Err(e) = validate(&query).and_then(|_| validate_aggregations(&aggregations))
+                {
+                    self.send(&error(request_id, 0, e.code(), e.to_string()));
+                    return true;
+                }
                 let mut attempt = 0;
                 let aggregations = std::sync::Arc::new(aggregations);
                 let reply = loop {
@@ -213,6 +219,11 @@ impl Connection {
                 query,
                 resume_version,
             } => {
+                // Refused before it waits for a read slot: validation reads nothing.
+                if let Err(e) = validate(&query).and_then(|q| check_listenable(&q)) {
+                    self.send(&error(0, target_id, e.code(), e.to_string()));
+                    return true;
+                }
                 let mut attempt = 0;
                 let mut behind = 0;
                 loop {
@@ -468,7 +479,7 @@ impl ListenStart {
             )));
         }
         let q = validate(&self.query)?;
-        hearth_core::query::validate::check_listenable(&q)?;
+        check_listenable(&q)?;
         let source = q.source.clone();
         let db = &self.db;
         let store = relay.store().clone();
