@@ -20,7 +20,6 @@
 // Benchmark set-up unwraps: a failure there is a broken benchmark, not user input.
 #![allow(clippy::unwrap_used)]
 
-use std::cell::Cell;
 use std::cmp::Ordering;
 use std::hint::black_box;
 use std::time::Duration;
@@ -33,7 +32,7 @@ use hearth_core::encoding::key::Direction::Descending;
 use hearth_core::index::config::parse_index_file;
 use hearth_core::index::def::{IndexCatalog, IndexDef};
 use hearth_core::index::keys::{decode_entry, document_entries, document_key};
-use hearth_core::kv::{block_on_ready, KeyRange, KvError, KvRead, MemStore, Row, Table};
+use hearth_core::kv::{block_on_ready, KeyRange, MemStore, Metered};
 use hearth_core::path::{CollectionPath, DocumentName};
 use hearth_core::query::execute::{fetch, run_query};
 use hearth_core::query::model::{Operator, Query};
@@ -315,46 +314,6 @@ fn cases(docs: &[Document]) -> Vec<Case> {
     ]
 }
 
-/// A store wrapper that counts what the executor reads (printed once in setup, to explain
-/// the timings; never used in a timed loop).
-struct CountingStore<'a> {
-    inner: &'a MemStore,
-    scans: Cell<usize>,
-    rows: Cell<usize>,
-    gets: Cell<usize>,
-}
-
-impl<'a> CountingStore<'a> {
-    fn new(inner: &'a MemStore) -> Self {
-        CountingStore {
-            inner,
-            scans: Cell::new(0),
-            rows: Cell::new(0),
-            gets: Cell::new(0),
-        }
-    }
-}
-
-impl KvRead for CountingStore<'_> {
-    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.gets.set(self.gets.get() + 1);
-        self.inner.get(table, key).await
-    }
-
-    async fn scan(
-        &self,
-        table: Table,
-        range: &KeyRange,
-        reverse: bool,
-        limit: usize,
-    ) -> Result<Vec<Row>, KvError> {
-        let rows = self.inner.scan(table, range, reverse, limit).await?;
-        self.scans.set(self.scans.get() + 1);
-        self.rows.set(self.rows.get() + rows.len());
-        Ok(rows)
-    }
-}
-
 /// Runs every case once and checks plan, count and order; panics on any difference.
 fn check_cases(store: &MemStore, catalog: &IndexCatalog, cases: &[Case]) {
     for c in cases {
@@ -371,7 +330,7 @@ fn check_cases(store: &MemStore, catalog: &IndexCatalog, cases: &[Case]) {
         for needle in c.plan_must_contain {
             assert!(p.contains(needle), "{}: plan lacks `{needle}`:\n{p}", c.id);
         }
-        let counting = CountingStore::new(store);
+        let counting = Metered::new(store);
         let got = block_on_ready(run_query(&counting, catalog, &c.query)).unwrap();
         assert_eq!(got.len(), limit, "{}: result count", c.id);
         assert_eq!(names(&got), names(&c.expected), "{}: result order", c.id);
@@ -380,9 +339,9 @@ fn check_cases(store: &MemStore, catalog: &IndexCatalog, cases: &[Case]) {
             "{}: {} results; store calls: {} scans returning {} rows, {} gets; plan:\n{p}",
             c.id,
             got.len(),
-            counting.scans.get(),
-            counting.rows.get(),
-            counting.gets.get()
+            counting.scans(),
+            counting.rows(),
+            counting.gets()
         );
     }
 }

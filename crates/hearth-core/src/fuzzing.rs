@@ -7,7 +7,6 @@
 //! or an accepted input that does not round trip is a finding. `docs/fuzzing.md` says how to
 //! run the targets.
 
-use std::cell::Cell;
 use std::sync::OnceLock;
 
 use crate::document::Document;
@@ -19,7 +18,7 @@ use crate::encoding::key::{self, Direction};
 use crate::index::config::{parse_index_file, IndexFile};
 use crate::index::def::IndexCatalog;
 use crate::index::keys::{decode_document_key, document_key};
-use crate::kv::{block_on_ready, KeyRange, KvError, KvRead, MemStore, Row, Table};
+use crate::kv::{block_on_ready, MemStore, Metered};
 use crate::path::{CollectionPath, DocumentName, FieldPath};
 use crate::protocol::codec::{
     decode_client, decode_mutation, decode_query, decode_server, encode_client, encode_mutation,
@@ -158,16 +157,16 @@ pub fn query(data: &[u8]) {
         return;
     };
     let _ = check_listenable(&valid);
-    let counted = Counted::new(store);
+    let counted = Metered::new(store).with_budget(work_budget());
     let result = block_on_ready(run_query(&counted, catalog, &q));
-    counted.check("run_query");
+    check_budget(&counted, "run_query");
     if let Ok(docs) = result {
         check_result(&valid, &docs);
     }
-    let counted = Counted::new(store);
+    let counted = Metered::new(store).with_budget(work_budget());
     let aggs = aggregations(&q);
     let _ = block_on_ready(run_aggregation(&counted, catalog, &q, &aggs));
-    counted.check("run_aggregation");
+    check_budget(&counted, "run_aggregation");
 }
 
 /// Results match, come in query order, and keep to the limit. Projection drops fields the
@@ -362,69 +361,14 @@ fn fuzz_documents() -> Vec<Document> {
         .collect()
 }
 
-/// A store that counts what the executor reads and refuses to serve past the budget (so a
-/// runaway plan ends), while [`Counted::check`] turns the overrun into a finding.
-struct Counted<'a> {
-    /// The fuzz store, shared by every run.
-    inner: &'a MemStore,
-    /// Rows returned so far (scanned, or found by key; an absent key counts as one).
-    rows: Cell<u64>,
-    /// Scans and gets so far.
-    requests: Cell<u64>,
-    /// [`work_budget`], for both counts.
-    budget: u64,
-}
-
-impl<'a> Counted<'a> {
-    fn new(inner: &'a MemStore) -> Counted<'a> {
-        Counted {
-            inner,
-            rows: Cell::new(0),
-            requests: Cell::new(0),
-            budget: work_budget(),
-        }
-    }
-
-    fn charge(&self, rows: usize) -> Result<(), KvError> {
-        self.rows.set(self.rows.get() + rows as u64);
-        self.requests.set(self.requests.get() + 1);
-        if self.over_budget() {
-            return Err(KvError("fuzz budget exhausted".into()));
-        }
-        Ok(())
-    }
-
-    fn over_budget(&self) -> bool {
-        self.rows.get() > self.budget || self.requests.get() > self.budget
-    }
-
-    fn check(&self, what: &str) {
-        assert!(
-            !self.over_budget(),
-            "{what} read {} rows in {} requests, over the budget",
-            self.rows.get(),
-            self.requests.get()
-        );
-    }
-}
-
-impl KvRead for Counted<'_> {
-    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.charge(1)?;
-        self.inner.get(table, key).await
-    }
-
-    async fn scan(
-        &self,
-        table: Table,
-        range: &KeyRange,
-        reverse: bool,
-        limit: usize,
-    ) -> Result<Vec<Row>, KvError> {
-        let rows = self.inner.scan(table, range, reverse, limit).await?;
-        self.charge(rows.len())?;
-        Ok(rows)
-    }
+/// Panics when `store`'s reads passed their budget: a runaway plan is a finding.
+fn check_budget(store: &Metered<'_, MemStore>, what: &str) {
+    assert!(
+        !store.over_budget(),
+        "{what} read {} rows in {} requests, over the budget",
+        store.rows() + store.gets(),
+        store.gets() + store.scans()
+    );
 }
 
 /// Valid inputs for each target, to seed the corpora (`fuzz/examples/write_seeds.rs` writes

@@ -11,6 +11,7 @@
 //! Architecture invariant: a scan never returns more than `limit` rows, so the executor
 //! controls how much it reads.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::ops::Bound;
@@ -209,5 +210,91 @@ impl MemStore {
             None => self.documents.remove(&key),
         };
         Ok(diff)
+    }
+}
+
+/// A [`KvRead`] over another that counts the requests and rows read through it, and, with a
+/// budget, fails every request once the rows read (a get counting as one) or the requests
+/// made pass it: how tests, benchmarks and fuzzing see what a plan costs.
+pub struct Metered<'a, K> {
+    /// The store read through.
+    inner: &'a K,
+    /// Gets made.
+    gets: Cell<u64>,
+    /// Scans made.
+    scans: Cell<u64>,
+    /// Rows returned by scans.
+    rows: Cell<u64>,
+    /// The most rows and requests allowed, if bounded.
+    budget: Option<u64>,
+}
+
+impl<'a, K: KvRead> Metered<'a, K> {
+    /// Counts what is read from `inner`, without a budget.
+    pub fn new(inner: &'a K) -> Metered<'a, K> {
+        Metered {
+            inner,
+            gets: Cell::new(0),
+            scans: Cell::new(0),
+            rows: Cell::new(0),
+            budget: None,
+        }
+    }
+
+    /// Fails requests once the rows read or the requests made pass `budget`.
+    pub fn with_budget(mut self, budget: u64) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Gets made so far.
+    pub fn gets(&self) -> u64 {
+        self.gets.get()
+    }
+
+    /// Scans made so far.
+    pub fn scans(&self) -> u64 {
+        self.scans.get()
+    }
+
+    /// Rows the scans returned so far.
+    pub fn rows(&self) -> u64 {
+        self.rows.get()
+    }
+
+    /// Whether the reads passed the budget (never without one).
+    pub fn over_budget(&self) -> bool {
+        self.budget.is_some_and(|b| {
+            self.rows.get() + self.gets.get() > b || self.gets.get() + self.scans.get() > b
+        })
+    }
+
+    fn checked(&self) -> Result<(), KvError> {
+        if self.over_budget() {
+            return Err(KvError("read budget exhausted".into()));
+        }
+        Ok(())
+    }
+}
+
+impl<K: KvRead> KvRead for Metered<'_, K> {
+    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.gets.set(self.gets.get() + 1);
+        self.checked()?;
+        self.inner.get(table, key).await
+    }
+
+    async fn scan(
+        &self,
+        table: Table,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Row>, KvError> {
+        let rows = self.inner.scan(table, range, reverse, limit).await?;
+        self.scans.set(self.scans.get() + 1);
+        self.rows.set(self.rows.get() + rows.len() as u64);
+        self.checked()?;
+        Ok(rows)
     }
 }

@@ -165,12 +165,8 @@ pub(super) async fn garbage(url: String, deadline: Instant, mut rng: Rng) -> Tal
         } else {
             try_handshaken(&url, "hostile").await
         };
-        let mut ws = match ws {
-            Ok(ws) => ws,
-            Err(e) => {
-                t.got(e, false);
-                continue;
-            }
+        let Some(mut ws) = connected(&mut t, ws) else {
+            continue;
         };
         let (what, frame) = match choice {
             0 => {
@@ -261,12 +257,8 @@ pub(super) async fn bad_frames(url: String, deadline: Instant, mut rng: Rng) -> 
     });
     while Instant::now() < deadline {
         let choice = rng.below(6);
-        let mut ws = match try_handshaken(&url, "hostile").await {
-            Ok(ws) => ws,
-            Err(e) => {
-                t.got(e, false);
-                continue;
-            }
+        let Some(mut ws) = connected(&mut t, try_handshaken(&url, "hostile").await) else {
+            continue;
         };
         let (what, frame) = match choice {
             0 => {
@@ -520,12 +512,8 @@ pub(super) async fn storm(url: String, db: &'static str, deadline: Instant, mut 
     let mut t = Tally::new(if db == "storm" { "storm" } else { "storm-2" });
     let total = LISTEN_CAP + STORM_PAST_CAP;
     while Instant::now() < deadline {
-        let mut ws = match try_handshaken(&url, db).await {
-            Ok(ws) => ws,
-            Err(e) => {
-                t.got(e, false);
-                continue;
-            }
+        let Some(mut ws) = connected(&mut t, try_handshaken(&url, db).await) else {
+            continue;
         };
         let salt = rng.below(1000) as i64;
         for target_id in 1..=total {
@@ -715,4 +703,9 @@ pub(super) async fn churn(
     }
     let t = std::mem::replace(&mut *t.lock().unwrap(), Tally::new("churn"));
     t
+}
+
+/// The socket a connection attempt gave, or `None` after counting its failure as unexpected.
+fn connected(t: &mut Tally, attempt: Result<RawSocket, String>) -> Option<RawSocket> {
+    attempt.map_err(|e| t.got(e, false)).ok()
 }
