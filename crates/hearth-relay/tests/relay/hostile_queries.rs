@@ -390,15 +390,21 @@ async fn slow_reads_do_not_freeze_other_connections() {
     for r in readers {
         scans += within_for(Duration::from_secs(120), r).await.unwrap();
     }
-    let worst = *busy.iter().max().unwrap();
+    let mut sorted = busy.clone();
+    sorted.sort();
+    let (median, p90) = (sorted[sorted.len() / 2], sorted[sorted.len() * 9 / 10]);
     eprintln!(
         "hostile: one 20,000-document scan {one:?}; {scans} scans from 6 connections; bystander quiet {}, during the scans {}",
         summary(quiet),
         summary(busy.clone())
     );
+    // With reads on the runtime's workers, six scanners kept both of them busy and the
+    // bystander's round trips took several scans each (p99 3.17 s against a 0.2 s scan).
+    // A single slow round trip on a loaded machine says nothing; the bulk of them does.
     assert!(
-        worst < one,
-        "a bystander round trip took {worst:?}, as long as a whole scan ({one:?})"
+        median < one / 2 && p90 < one * 2,
+        "bystander round trips during the scans: median {median:?}, p90 {p90:?}, against one \
+         whole scan of {one:?}"
     );
     scene.finish("slow reads").await;
 }
