@@ -30,6 +30,9 @@ pub struct Database {
     /// Held for the whole of an index creation: one at a time per database, each starting
     /// from the catalog the previous one left.
     building: tokio::sync::Mutex<()>,
+    /// Its share of the relay's read slots: at most half of them, so one database's reads
+    /// can never hold every slot ([`crate::state::Relay::blocking_read`]).
+    read_slots: tokio::sync::Semaphore,
 }
 
 impl Database {
@@ -40,6 +43,7 @@ impl Database {
             fanout: Fanout::new(version),
             catalog: RwLock::new(catalog),
             building: tokio::sync::Mutex::new(()),
+            read_slots: tokio::sync::Semaphore::new(crate::state::read_slots_per_database()),
         }
     }
 
@@ -64,6 +68,11 @@ impl Database {
     /// [`Database::building`].
     pub(crate) fn set_catalog(&self, new: IndexCatalog) {
         *self.catalog.write().expect("catalog lock") = new;
+    }
+
+    /// The database's share of the read slots, taken before one of the relay's.
+    pub(crate) fn read_slots(&self) -> &tokio::sync::Semaphore {
+        &self.read_slots
     }
 
     /// Serializes index creations on this database: held for the whole of one.

@@ -10,7 +10,7 @@
 //! stash and is published next, in order.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,11 @@ fn shard_of(db: &str, n: usize) -> usize {
     let mut h = std::hash::DefaultHasher::new();
     std::hash::Hash::hash(db, &mut h);
     (std::hash::Hasher::finish(&h) % n as u64) as usize
+}
+
+/// The fan-out thread database `db` belongs to.
+pub(crate) fn thread_of(db: &str) -> usize {
+    shard_of(db, shards())
 }
 
 /// The committer's observer: counts commits in the metrics and hands each round to the
@@ -101,30 +106,70 @@ pub(crate) fn spawn(relay: Weak<Relay>, rounds: Vec<Rounds>) -> std::io::Result<
     Ok(())
 }
 
+/// A database's commits held back because its fan-out lock was busy (a listen reading its
+/// first result under it), merged in order, and when the first of them became durable.
+struct Deferred {
+    /// The database.
+    name: String,
+    /// Its commits not yet published, in order.
+    commits: Vec<Committed>,
+    /// When the first of them became durable.
+    since: Instant,
+}
+
+/// How often a held-back database's fan-out lock is tried again.
+const RETRY: Duration = Duration::from_millis(1);
+
 /// The fan-out thread's loop: publishes `rounds` in order until the committer's sink is
-/// gone or the relay is.
+/// gone or the relay is. A database whose fan-out lock is busy is passed over, its commits
+/// held back (later ones join them, in order) and tried again every [`RETRY`], so a
+/// listen reading a large first result delays only its own database.
 fn publish_rounds(relay: &Weak<Relay>, rounds: &Rounds) {
     // Rounds taken early by a catch-up (see `Fanout::publish`).
     let mut stash = VecDeque::new();
+    let mut deferred: Vec<Deferred> = Vec::new();
+    let mut closed = false;
     loop {
         let next = match stash.pop_front() {
-            Some(r) => r,
-            None => match rounds.recv() {
-                Ok(r) => r,
+            Some(r) => Some(r),
+            None if closed => {
+                std::thread::sleep(RETRY);
+                None
+            }
+            None if deferred.is_empty() => match rounds.recv() {
+                Ok(r) => Some(r),
                 Err(_) => return,
+            },
+            None => match rounds.recv_timeout(RETRY) {
+                Ok(r) => Some(r),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    closed = true;
+                    None
+                }
             },
         };
         let Some(relay) = relay.upgrade() else { return };
-        fan_out(&relay, next, rounds, &mut stash);
+        if let Some(round) = next {
+            fan_out(&relay, round, rounds, &mut stash, &mut deferred);
+        }
+        if !deferred.is_empty() {
+            retry_deferred(&relay, rounds, &mut stash, &mut deferred);
+        }
+        if closed && deferred.is_empty() && stash.is_empty() {
+            return;
+        }
     }
 }
 
-/// Publishes one round to the fan-out of each database it touched.
+/// Publishes one round to the fan-out of each database it touched; a database with
+/// commits held back, or whose lock is busy, gets them added to its held-back ones.
 fn fan_out(
     relay: &Relay,
     (round, committed_at): Round,
     rounds: &Rounds,
     stash: &mut VecDeque<Round>,
+    deferred: &mut Vec<Deferred>,
 ) {
     let mut by_db: Vec<(String, Vec<Committed>)> = Vec::new();
     for c in round {
@@ -135,21 +180,68 @@ fn fan_out(
     }
     let mut frames = 0;
     for (name, commits) in by_db {
-        let Some(db) = relay.database_if_open(&name) else {
+        if let Some(d) = deferred.iter_mut().find(|d| d.name == name) {
+            d.commits.extend(commits);
             continue;
-        };
-        fault_point("fanout", &name);
-        let requery = |q: &Query| relay.query_latest(&db, q);
-        let mut more = |upto| take_commits(&name, upto, rounds, stash);
-        frames += db.fanout().publish(&commits, &requery, &mut more);
-        for _ in 0..db.fanout().take_ended() {
-            relay.metrics().listen_stopped(&name);
+        }
+        match publish_one(relay, &name, &commits, rounds, stash) {
+            Some(n) => frames += n,
+            None => deferred.push(Deferred {
+                name,
+                commits,
+                since: committed_at,
+            }),
         }
     }
     relay.metrics().frames_sent(frames as u64);
     relay
         .metrics()
         .fanout_latency(committed_at.elapsed().as_secs_f64());
+}
+
+/// Tries the held-back databases again, publishing those whose lock is free now.
+fn retry_deferred(
+    relay: &Relay,
+    rounds: &Rounds,
+    stash: &mut VecDeque<Round>,
+    deferred: &mut Vec<Deferred>,
+) {
+    let mut i = 0;
+    while i < deferred.len() {
+        let d = &deferred[i];
+        match publish_one(relay, &d.name, &d.commits, rounds, stash) {
+            Some(frames) => {
+                relay.metrics().frames_sent(frames as u64);
+                relay
+                    .metrics()
+                    .fanout_latency(d.since.elapsed().as_secs_f64());
+                deferred.remove(i);
+            }
+            None => i += 1,
+        }
+    }
+}
+
+/// Publishes `commits` (ascending, all of database `name`) if its fan-out lock is free:
+/// the frames written, or `None` if the lock is busy. A database no longer open is done.
+fn publish_one(
+    relay: &Relay,
+    name: &str,
+    commits: &[Committed],
+    rounds: &Rounds,
+    stash: &mut VecDeque<Round>,
+) -> Option<usize> {
+    let Some(db) = relay.database_if_open(name) else {
+        return Some(0);
+    };
+    fault_point("fanout", name);
+    let requery = |q: &Query| relay.query_latest(&db, q);
+    let mut more = |upto| take_commits(name, upto, rounds, stash);
+    let frames = db.fanout().try_publish(commits, &requery, &mut more)?;
+    for _ in 0..db.fanout().take_ended() {
+        relay.metrics().listen_stopped(name);
+    }
+    Some(frames)
 }
 
 /// Takes database `db`'s commits out of the rounds after the current one (those stashed,

@@ -37,3 +37,10 @@ pub use config::Config;
 pub use databases::{Database, DatabaseError};
 pub use server::run;
 pub use state::{Relay, RelayError};
+
+/// Which fan-out thread database `db` belongs to on this machine (tests pick databases
+/// that share one).
+#[doc(hidden)]
+pub fn fanout_thread_of(db: &str) -> usize {
+    fanout_thread::thread_of(db)
+}

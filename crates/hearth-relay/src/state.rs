@@ -74,6 +74,13 @@ fn readers() -> usize {
     std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4))
 }
 
+/// How many storage reads of one database run at once: half of [`readers`], so the reads
+/// of one database (a tenant sending large scans or listens over and over) always leave
+/// slots to the others, which wait behind at most that many of its reads.
+pub(crate) fn read_slots_per_database() -> usize {
+    (readers() / 2).max(1)
+}
+
 impl Relay {
     /// Opens the store, backfills indexes whose definitions changed, and starts the
     /// committer and fan-out threads.
@@ -168,18 +175,18 @@ impl Relay {
             .get_or_create(name, &self.store, &self.committer, &self.config)
     }
 
-    /// Runs `read` (a storage read: its snapshot, scans and decoding) on the blocking
-    /// pool, never on a runtime worker, with at most [`Relay::readers`] reads at once,
-    /// served in arrival order. A panic in it ends only this read: `Err` with its message.
+    /// Runs `read` (a storage read of database `db`: its snapshot, scans and decoding) on
+    /// the blocking pool, never on a runtime worker, with at most [`Relay::readers`] reads
+    /// at once and half of them of one database, each served in arrival order. A panic in
+    /// it ends only this read: `Err` with its message.
     pub async fn blocking_read<T: Send + 'static>(
         self: &Arc<Self>,
+        db: &Database,
         read: impl FnOnce(&Relay) -> T + Send + 'static,
     ) -> Result<T, String> {
-        let _permit = self
-            .readers
-            .acquire()
-            .await
-            .map_err(|_| "the relay is shutting down".to_owned())?;
+        let closed = |_| "the relay is shutting down".to_owned();
+        let _mine = db.read_slots().acquire().await.map_err(closed)?;
+        let _permit = self.readers.acquire().await.map_err(closed)?;
         let relay = self.clone();
         tokio::task::spawn_blocking(move || read(&relay))
             .await

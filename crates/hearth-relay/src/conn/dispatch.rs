@@ -58,11 +58,20 @@ fn in_source(source: &Source, name: &DocumentName) -> bool {
     }
 }
 
+/// Runs `f`, which takes a database's fan-out lock, on the blocking pool: the lock may be
+/// held for a while (a listen's first read), and a runtime worker must not wait for it.
+/// `None` if it panicked.
+async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
 impl Connection {
     /// The token expired: every listen of the connection ends with `unauthenticated`.
-    pub(super) fn end_listens_on_expiry(&mut self) {
+    pub(super) async fn end_listens_on_expiry(&mut self) {
         let exp = self.auth.expires_at.unwrap_or(0);
-        for target_id in self.db.fanout().end_listens(self.id) {
+        let (db, id) = (self.db.clone(), self.id);
+        let ended = off_worker(move || db.fanout().end_listens(id)).await;
+        for target_id in ended.unwrap_or_default() {
             self.relay.metrics().listen_stopped(self.db.name());
             self.send(&error(
                 0,
@@ -145,7 +154,7 @@ impl Connection {
                 let db = self.db.clone();
                 let reply = self
                     .relay
-                    .blocking_read(move |relay| get(relay, &db, request_id, names))
+                    .blocking_read(&self.db, move |relay| get(relay, &db, request_id, names))
                     .await
                     .unwrap_or_else(|e| error(request_id, 0, ErrorCode::Internal, e));
                 self.reply(request_id, &reply);
@@ -179,7 +188,9 @@ impl Connection {
                     let (db, q, aggs) = (self.db.clone(), query.clone(), aggregations.clone());
                     let result = self
                         .relay
-                        .blocking_read(move |relay| relay.aggregate_latest(&db, &q, &aggs))
+                        .blocking_read(&self.db, move |relay| {
+                            relay.aggregate_latest(&db, &q, &aggs)
+                        })
                         .await;
                     let result = match result {
                         Ok(r) => r,
@@ -238,7 +249,7 @@ impl Connection {
                     };
                     let listened = self
                         .relay
-                        .blocking_read(move |relay| start.run(relay))
+                        .blocking_read(&self.db, move |relay| start.run(relay))
                         .await;
                     let listened = match listened {
                         Ok(l) => l,
@@ -268,7 +279,9 @@ impl Connection {
                 }
             }
             ClientMessage::Unlisten { target_id } => {
-                if self.db.fanout().unlisten(self.id, target_id) {
+                let (db, id) = (self.db.clone(), self.id);
+                let ended = off_worker(move || db.fanout().unlisten(id, target_id)).await;
+                if ended == Some(true) {
                     self.relay.metrics().listen_stopped(self.db.name());
                 }
             }
@@ -292,7 +305,7 @@ impl Connection {
             let (db, qq) = (self.db.clone(), q.clone());
             let result = self
                 .relay
-                .blocking_read(move |relay| relay.query_for_reply(&db, &qq))
+                .blocking_read(&self.db, move |relay| relay.query_for_reply(&db, &qq))
                 .await?;
             attempt += 1;
             match result {

@@ -147,11 +147,23 @@ impl Held {
     }
 
     /// Drops the connection's listen targets from the fan-out (once) and counts them stopped.
+    ///
+    /// The fan-out lock may be held for a while (another listen's first read), so on a
+    /// runtime this runs on the blocking pool, never on a worker.
     fn drop_targets(&mut self) {
         if let Some((db, id)) = self.targets.take() {
-            let n = db.fanout().drop_connection(id);
-            for _ in 0..n {
-                self.relay.metrics().listen_stopped(db.name());
+            let relay = self.relay.clone();
+            let release = move || {
+                let n = db.fanout().drop_connection(id);
+                for _ in 0..n {
+                    relay.metrics().listen_stopped(db.name());
+                }
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(release);
+                }
+                Err(_) => release(),
             }
         }
     }
@@ -526,7 +538,7 @@ impl Connection {
                 // `unauthenticated` (requests are refused until an `Auth` replaces it).
                 _ = until_expiry(conn.auth.expires_at),
                     if conn.auth.expires_at.is_some() && conn.auth.expires_at != conn.expiry_handled => {
-                    conn.end_listens_on_expiry();
+                    conn.end_listens_on_expiry().await;
                 }
             }
             if out.is_overflowed() {
@@ -718,6 +730,15 @@ mod tests {
         });
         assert!(task.await.unwrap_err().is_panic());
 
+        // The targets are dropped on the blocking pool, just after.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let stopped = |relay: &Relay| {
+            db.fanout().listens() == 0
+                && gauge(relay, "hearth_active_listens{database=\"held\"}") == 0.0
+        };
+        while !stopped(&relay) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         assert_eq!(db.fanout().listens(), 0, "the fan-out targets are dropped");
         assert_eq!(gauge(&relay, "hearth_connections_open"), 0.0);
         assert_eq!(

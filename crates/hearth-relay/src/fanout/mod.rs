@@ -28,8 +28,9 @@
 //! than every later caller panicking on the poisoned lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -66,7 +67,14 @@ pub struct Fanout {
     /// Subscribers of one group from which its writes are split across threads, and the
     /// most threads.
     split: (usize, usize),
+    /// Set while the fan-out thread has a round for this database that found the lock
+    /// busy ([`Fanout::try_publish`]): new listens wait for it to go first.
+    publisher_waiting: AtomicBool,
 }
+
+/// Longest a new listen waits for a held-back round to be published before it takes the
+/// lock anyway.
+const YIELD_LIMIT: Duration = Duration::from_secs(2);
 
 /// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
 fn retarget(template: &[u8], target_id: u32) -> Bytes {
@@ -342,6 +350,7 @@ impl Fanout {
             inner: Mutex::new(Inner::new(version)),
             published: AtomicU64::new(version),
             split: (PARALLEL_FROM, cores.min(8)),
+            publisher_waiting: AtomicBool::new(false),
         }
     }
 
@@ -392,6 +401,12 @@ impl Fanout {
     ) -> Result<Listened, QueryError> {
         let mut encoded = Vec::new();
         encode_query(&query, &mut encoded);
+        // A round held back by the lock goes first: listens that keep taking it one after
+        // another (each reading its first result under it) would otherwise starve it.
+        let since = Instant::now();
+        while self.publisher_waiting.load(Ordering::Acquire) && since.elapsed() < YIELD_LIMIT {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let mut guard = self.lock();
         let inner = &mut *guard;
         if inner.by_target.contains_key(&(out.conn(), target_id)) {
@@ -499,10 +514,50 @@ impl Fanout {
     /// in one write; a connection with several gets its `Snapshot` after all the
     /// round's deltas.
     pub fn publish(&self, commits: &[Committed], requery: Requery, more: CatchUp) -> usize {
+        if commits.is_empty() {
+            return 0;
+        }
+        self.publish_locked(self.lock(), commits, requery, more)
+    }
+
+    /// [`Fanout::publish`] if the fan-out lock is free; `None` if it is held (a listen
+    /// reading its first result under it), so the fan-out thread can go on with other
+    /// databases and come back. New listens then wait for the round to go first.
+    pub fn try_publish(
+        &self,
+        commits: &[Committed],
+        requery: Requery,
+        more: CatchUp,
+    ) -> Option<usize> {
+        if commits.is_empty() {
+            return Some(0);
+        }
+        let guard = match self.inner.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => {
+                self.publisher_waiting.store(true, Ordering::Release);
+                return None;
+            }
+            // Poisoned: let it go, and `lock` recovers it.
+            Err(TryLockError::Poisoned(poisoned)) => {
+                drop(poisoned);
+                self.lock()
+            }
+        };
+        self.publisher_waiting.store(false, Ordering::Release);
+        Some(self.publish_locked(guard, commits, requery, more))
+    }
+
+    fn publish_locked(
+        &self,
+        mut guard: MutexGuard<'_, Inner>,
+        commits: &[Committed],
+        requery: Requery,
+        more: CatchUp,
+    ) -> usize {
         let Some(mut last) = commits.last().map(|c| c.version) else {
             return 0;
         };
-        let mut guard = self.lock();
         let inner = &mut *guard;
         // Every view advances to `last`; a change is applied only to the groups whose
         // source can hold its document. A limited view that lost a document reads the
