@@ -1,4 +1,6 @@
-//! The write path: per-database queues drained by one committer thread into group commits.
+//! The write path: per-database queues drained by a committer thread into group commits,
+//! one committer per store shard (its databases' only writer), so a database's commits
+//! wait only for those of the databases in its own shard.
 //!
 //! Connections submit write batches to their database's queue (bounded: the per-database
 //! in-flight cap). The committer takes a fair share from every non-empty queue (round-robin,
@@ -157,6 +159,8 @@ pub struct Committer {
     /// Each registered database's versions and indexes; only the committer thread (its
     /// rounds and jobs) changes them once the database is registered.
     dbs: Mutex<HashMap<String, DbState>>,
+    /// The store shard whose databases it commits.
+    shard: usize,
 }
 
 /// Observers of the committer: metrics and fan-out.
@@ -166,7 +170,8 @@ pub trait CommitSink: Send + Sync {
 }
 
 impl Committer {
-    pub fn new(cap: usize, cap_bytes: usize) -> Arc<Committer> {
+    /// The committer of store shard `shard`, with its per-database queue caps.
+    pub fn new(shard: usize, cap: usize, cap_bytes: usize) -> Arc<Committer> {
         Arc::new(Committer {
             queues: Mutex::new(Queues {
                 by_db: HashMap::new(),
@@ -180,6 +185,7 @@ impl Committer {
             cap_bytes,
             room: tokio::sync::Notify::new(),
             dbs: Mutex::new(HashMap::new()),
+            shard,
         })
     }
 
@@ -319,7 +325,7 @@ impl Committer {
     ) {
         let started = Instant::now();
         let mut dbs = self.dbs.lock().expect("committer db lock");
-        let outcome = apply_round(store, &mut dbs, &round, ROUND_BUDGET);
+        let outcome = apply_round(store.shard(self.shard), &mut dbs, &round, ROUND_BUDGET);
         drop(dbs);
         let fsync = started.elapsed();
         match outcome {
@@ -361,7 +367,7 @@ impl Committer {
     }
 
     fn reload_versions(&self, store: &Store) {
-        if let Ok(list) = store.databases() {
+        if let Ok(list) = store.shard_databases(self.shard) {
             let mut dbs = self.dbs.lock().expect("committer db lock");
             for (name, v) in list {
                 if let Some(s) = dbs.get_mut(&name) {
@@ -385,13 +391,13 @@ type RoundResult = (Vec<Result<u64, WriteError>>, Vec<Committed>);
 /// stopping early (after at least one) once `budget` has passed: the results are those of
 /// the first batches, the rest are left for the caller to queue again.
 fn apply_round(
-    store: &Store,
+    file: &redb::Database,
     dbs: &mut HashMap<String, DbState>,
     round: &[(String, WriteRequest)],
     budget: Duration,
 ) -> Result<RoundResult, StoreError> {
     let started = Instant::now();
-    let mut txn = store.db.begin_write()?;
+    let mut txn = file.begin_write()?;
     txn.set_durability(redb::Durability::Immediate)?;
     let mut results = Vec::with_capacity(round.len());
     let mut committed = Vec::new();
@@ -631,12 +637,17 @@ pub fn register_database(
     catalog: IndexCatalog,
     version: u64,
 ) -> Result<(), StoreError> {
+    debug_assert_eq!(
+        store.shard_index(db),
+        committer.shard,
+        "`{db}` is in another shard"
+    );
     let mut dbs = committer.dbs.lock().expect("committer db lock");
     if dbs.contains_key(db) {
         return Ok(());
     }
     let mut last_micros = 0;
-    let txn = store.db.begin_write()?;
+    let txn = store.file(db).begin_write()?;
     {
         let mut meta = txn.open_table(META)?;
         let key = format!("version/{db}");

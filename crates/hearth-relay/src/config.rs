@@ -14,6 +14,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Most bytes of the store's pages cached in memory.
     pub cache_bytes: usize,
+    /// Shards of a store created now (one file and one committer each; an existing store
+    /// keeps its own number).
+    pub store_shards: usize,
     /// Index definitions every database uses.
     pub indexes: IndexFile,
     /// Create a missing composite index on first use instead of refusing the query.
@@ -73,6 +76,7 @@ impl Config {
         Config {
             data_dir,
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+            store_shards: crate::store::DEFAULT_STORE_SHARDS,
             indexes: IndexFile::default(),
             auto_index: false,
             heartbeat: Duration::from_secs(5),

@@ -114,11 +114,11 @@ pub(crate) struct Databases {
 
 impl Databases {
     /// Opens every database in the store, backfilling those whose index definitions
-    /// changed since they were built, registers each with the committer, and creates the
+    /// changed since they were built, registers each with its shard's committer, and creates the
     /// listed databases (`--databases`) that are missing.
     pub(crate) fn open(
         store: &Store,
-        committer: &Committer,
+        committers: &[Arc<Committer>],
         config: &Config,
         metrics: &Metrics,
     ) -> Result<Databases, StoreError> {
@@ -129,7 +129,13 @@ impl Databases {
         for (name, version) in store.databases()? {
             store.roll_back_build(&name, BACKFILL_CHUNK)?;
             backfill_changed(store, metrics, &name, &base)?;
-            register_database(store, committer, &name, base.clone(), version)?;
+            register_database(
+                store,
+                &committers[store.shard_index(&name)],
+                &name,
+                base.clone(),
+                version,
+            )?;
             databases.lock().insert(
                 name.clone(),
                 Arc::new(Database::new(name, version, base.clone())),
@@ -139,7 +145,7 @@ impl Databases {
             let mut dbs = databases.lock();
             for name in names {
                 if !dbs.contains_key(name) {
-                    create(store, committer, config, &mut dbs, name)?;
+                    create(store, committers, config, &mut dbs, name)?;
                 }
             }
         }
@@ -162,7 +168,7 @@ impl Databases {
         &self,
         name: &str,
         store: &Store,
-        committer: &Committer,
+        committers: &[Arc<Committer>],
         config: &Config,
     ) -> Result<Arc<Database>, DatabaseError> {
         let mut dbs = self.lock();
@@ -182,7 +188,7 @@ impl Databases {
                 max: config.max_databases,
             });
         }
-        create(store, committer, config, &mut dbs, name).map_err(DatabaseError::Store)
+        create(store, committers, config, &mut dbs, name).map_err(DatabaseError::Store)
     }
 }
 
@@ -190,13 +196,19 @@ impl Databases {
 /// to `dbs`.
 fn create(
     store: &Store,
-    committer: &Committer,
+    committers: &[Arc<Committer>],
     config: &Config,
     dbs: &mut HashMap<String, Arc<Database>>,
     name: &str,
 ) -> Result<Arc<Database>, StoreError> {
     let catalog = IndexCatalog::from_file(&config.indexes);
-    register_database(store, committer, name, catalog.clone(), 0)?;
+    register_database(
+        store,
+        &committers[store.shard_index(name)],
+        name,
+        catalog.clone(),
+        0,
+    )?;
     let db = Arc::new(Database::new(name.to_owned(), 0, catalog));
     dbs.insert(name.to_owned(), db.clone());
     tracing::info!(database = %name, "database created");

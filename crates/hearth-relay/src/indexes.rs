@@ -100,7 +100,7 @@ impl Relay {
         let target = new.clone();
         // From here on, commits maintain the new index, and a crash leaves a record that
         // the next start rolls back.
-        self.on_committer(move |store, committer| {
+        self.on_committer(name, move |store, committer| {
             store.begin_build(&db, &target)?;
             committer.set_catalog(&db, target);
             Ok(())
@@ -109,7 +109,7 @@ impl Relay {
         let built = self.backfill_in_steps(name, old, new).await;
         let db = name.to_owned();
         let (old, new) = (old.clone(), new.clone());
-        self.on_committer(move |store, committer| match built {
+        self.on_committer(name, move |store, committer| match built {
             Ok(()) => store.end_build(&db, &new),
             Err(e) => {
                 committer.set_catalog(&db, old.clone());
@@ -129,7 +129,7 @@ impl Relay {
         new: &IndexCatalog,
     ) -> Result<(), StoreError> {
         let total = self
-            .on_committer({
+            .on_committer(name, {
                 let db = name.to_owned();
                 move |store, _| store.document_count(&db)
             })
@@ -139,7 +139,7 @@ impl Relay {
         loop {
             let (db, old, new) = (name.to_owned(), old.clone(), new.clone());
             let step = self
-                .on_committer(move |store, _| {
+                .on_committer(name, move |store, _| {
                     store.backfill_chunk(&db, &old, &new, from.as_deref(), BUILD_STEP)
                 })
                 .await?;
@@ -152,14 +152,16 @@ impl Relay {
         }
     }
 
-    /// Runs `job` on the committer thread between rounds, and its result.
+    /// Runs `job` on the thread of database `db`'s committer between rounds, and its
+    /// result.
     async fn on_committer<T: Send + 'static>(
         &self,
+        db: &str,
         job: impl FnOnce(&Store, &Committer) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
-        let committer = self.committer().clone();
-        self.committer().run_job(Box::new(move |store: &Store| {
+        let committer = self.committer(db).clone();
+        committer.clone().run_job(Box::new(move |store: &Store| {
             let _ = tx.send(job(store, &committer));
         }));
         rx.await

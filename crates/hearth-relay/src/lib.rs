@@ -1,6 +1,6 @@
 //! `hearth-relay`: the authoritative server. It holds every database's documents and indexes
-//! in the embedded [`store`], commits write batches through the group-committing
-//! [`commit`] thread, and pushes real-time query deltas through the per-database [`fanout`]
+//! in the embedded [`store`] (in shards), commits write batches through the group-committing
+//! [`commit`] threads (one per shard), and pushes real-time query deltas through the per-database [`fanout`]
 //! to WebSocket connections ([`conn`]).
 //!
 //! ```text

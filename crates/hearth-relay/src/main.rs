@@ -50,6 +50,13 @@ struct ServeArgs {
     /// memory under load).
     #[arg(long, env = "HEARTH_CACHE_MIB", default_value_t = 1024)]
     cache_mib: usize,
+    /// Shards of a store created now: databases are spread over this many files by a hash
+    /// of their names, each with its own committer, so commits to databases in different
+    /// shards never wait for each other. An existing store keeps the number it was created
+    /// with.
+    #[arg(long, env = "HEARTH_STORE_SHARDS", default_value_t = hearth_relay::store::DEFAULT_STORE_SHARDS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=hearth_relay::store::MAX_STORE_SHARDS as u64))]
+    store_shards: u64,
     /// Index definitions in the firestore.indexes.json format (comments and trailing commas
     /// allowed). Changing them backfills existing databases at start.
     #[arg(long, env = "HEARTH_INDEXES")]
@@ -221,6 +228,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut config = Config::new(args.data.clone());
     config.cache_bytes = args.cache_mib.max(1).saturating_mul(1 << 20);
+    config.store_shards = args.store_shards as usize;
     config.indexes = read_indexes(args.indexes.as_ref())?;
     config.auto_index = args.auto_index;
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));

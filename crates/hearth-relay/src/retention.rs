@@ -17,13 +17,23 @@ use crate::commit::now_micros;
 use crate::idempotency::BatchRecord;
 use crate::store::{change_time, db_prefix, read_u64, Store, StoreError, BATCHES, CHANGELOG};
 
-/// Deletes, for every database, the changelog records older than `retention` that precede
-/// every younger one, and the batch records of the versions deleted, in one transaction.
+/// [`prune_shard`] of every shard.
+#[cfg(test)]
 pub fn prune(store: &Store, retention: Duration) -> Result<(), StoreError> {
+    for shard in 0..store.shard_count() {
+        prune_shard(store, shard, retention)?;
+    }
+    Ok(())
+}
+
+/// Deletes, for every database of store shard `shard`, the changelog records older than
+/// `retention` that precede every younger one, and the batch records of the versions
+/// deleted, in one transaction.
+pub fn prune_shard(store: &Store, shard: usize, retention: Duration) -> Result<(), StoreError> {
     let retention = i64::try_from(retention.as_micros()).unwrap_or(i64::MAX);
     let cutoff = now_micros().saturating_sub(retention);
-    let databases = store.databases()?;
-    let txn = store.db.begin_write()?;
+    let databases = store.shard_databases(shard)?;
+    let txn = store.shard(shard).begin_write()?;
     {
         let mut changelog = txn.open_table(CHANGELOG)?;
         let mut batches = txn.open_table(BATCHES)?;
@@ -75,7 +85,7 @@ mod tests {
             std::env::temp_dir().join(format!("hearth-retention-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Store::open(&dir).unwrap();
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.file("db").begin_write().unwrap();
         {
             let mut meta = txn.open_table(META).unwrap();
             meta.insert("version/db", 4u64.to_be_bytes().as_slice())
@@ -106,7 +116,7 @@ mod tests {
 
     /// The versions of the changelog and of the batch records left.
     fn left(store: &Store) -> (Vec<u64>, Vec<u64>) {
-        let txn = store.db.begin_read().unwrap();
+        let txn = store.file("db").begin_read().unwrap();
         let changelog = txn.open_table(CHANGELOG).unwrap();
         let batches = txn.open_table(BATCHES).unwrap();
         let rows = |t: &redb::ReadOnlyTable<&[u8], &[u8]>| -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -139,7 +149,7 @@ mod tests {
         );
         prune(&t.1, Duration::from_secs(3600)).unwrap();
         assert_eq!(left(&t.1), (vec![2, 3, 4], vec![2, 3, 4]));
-        let snap = t.1.snapshot().unwrap();
+        let snap = t.1.snapshot("db").unwrap();
         let view = snap.database("db");
         assert_eq!(
             view.changes_between(0, 4).unwrap(),
@@ -159,14 +169,14 @@ mod tests {
     fn a_hole_in_the_changelog_refuses_a_delta_across_it() {
         let now = now_micros();
         let t = store("hole", [now; 4]);
-        let txn = t.1.db.begin_write().unwrap();
+        let txn = t.1.file("db").begin_write().unwrap();
         {
             let mut changelog = txn.open_table(CHANGELOG).unwrap();
             let key = [db_prefix("db"), 3u64.to_be_bytes().to_vec()].concat();
             changelog.remove(key.as_slice()).unwrap();
         }
         txn.commit().unwrap();
-        let snap = t.1.snapshot().unwrap();
+        let snap = t.1.snapshot("db").unwrap();
         let view = snap.database("db");
         assert_eq!(
             view.changes_between(0, 2).unwrap().map(|n| n.len()),

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::conn;
 use crate::conn::PendingSlot;
-use crate::retention::prune;
+use crate::retention::prune_shard;
 use crate::state::{Relay, RelayError};
 use crate::store::Store;
 
@@ -53,11 +53,13 @@ pub async fn run(
             tick.tick().await;
             let r = prune_relay.clone();
             let retention = r.config().changelog_retention;
-            r.committer().run_job(Box::new(move |store: &Store| {
-                if let Err(e) = prune(store, retention) {
-                    tracing::warn!(error = %e, "changelog pruning failed");
-                }
-            }));
+            for (shard, committer) in r.committers().iter().enumerate() {
+                committer.run_job(Box::new(move |store: &Store| {
+                    if let Err(e) = prune_shard(store, shard, retention) {
+                        tracing::warn!(error = %e, "changelog pruning failed");
+                    }
+                }));
+            }
         }
     });
     let mut http = tokio::task::JoinSet::new();

@@ -37,9 +37,10 @@ pub struct Relay {
     config: Config,
     /// The embedded store every read takes its snapshot of.
     store: Arc<Store>,
-    /// The write path: every write batch and index backfill goes through its one thread,
-    /// the store's only writer once the relay has started.
-    committer: Arc<Committer>,
+    /// The write path, one committer per store shard: every write batch and index backfill
+    /// of a database goes through its shard's thread, the shard's only writer once the
+    /// relay has started.
+    committers: Vec<Arc<Committer>>,
     /// The process's metrics, shared with every connection and thread.
     metrics: Arc<Metrics>,
     /// Verifies the token of every `Hello` and `Auth`.
@@ -53,8 +54,8 @@ pub struct Relay {
     ready: AtomicBool,
     /// Storage reads running at once on the blocking pool ([`Relay::blocking_read`]).
     readers: tokio::sync::Semaphore,
-    /// The committer thread, joined on stop so the process never exits mid-commit.
-    committer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The committer threads, joined on stop so the process never exits mid-commit.
+    committer_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// Why the relay could not start or run.
@@ -85,44 +86,59 @@ impl Relay {
     /// Opens the store, backfills indexes whose definitions changed, and starts the
     /// committer and fan-out threads.
     pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
-        let store = Arc::new(Store::open_with_cache(
+        let store = Arc::new(Store::open_with(
             &config.data_dir,
             config.cache_bytes,
+            config.store_shards,
         )?);
-        let committer = Committer::new(config.max_inflight_writes, config.max_inflight_write_bytes);
+        let committers: Vec<Arc<Committer>> = (0..store.shard_count())
+            .map(|shard| {
+                Committer::new(
+                    shard,
+                    config.max_inflight_writes,
+                    config.max_inflight_write_bytes,
+                )
+            })
+            .collect();
         let metrics = Arc::new(Metrics::new());
-        let databases = Databases::open(&store, &committer, &config, &metrics)?;
+        let databases = Databases::open(&store, &committers, &config, &metrics)?;
         let relay = Arc::new(Relay {
             config,
             store: store.clone(),
-            committer: committer.clone(),
+            committers: committers.clone(),
             metrics,
             auth,
             databases,
             next_conn: AtomicU64::new(1),
             ready: AtomicBool::new(false),
             readers: tokio::sync::Semaphore::new(readers()),
-            committer_thread: Mutex::new(None),
+            committer_threads: Mutex::new(Vec::new()),
         });
         let (sink, rounds) = fanout_thread::channel(Arc::downgrade(&relay));
-        {
-            let committer = committer.clone();
-            let store = store.clone();
+        let sink = Arc::new(sink);
+        for (shard, committer) in committers.into_iter().enumerate() {
+            let (store, sink) = (store.clone(), sink.clone());
             let handle = std::thread::Builder::new()
-                .name("hearth-committer".into())
-                .spawn(move || supervised("committer", || committer.run(&store, &sink)))?;
-            *relay.committer_thread.lock().expect("thread lock") = Some(handle);
+                .name(format!("hearth-committer-{shard}"))
+                .spawn(move || supervised("committer", || committer.run(&store, &*sink)))?;
+            relay
+                .committer_threads
+                .lock()
+                .expect("thread lock")
+                .push(handle);
         }
         fanout_thread::spawn(Arc::downgrade(&relay), rounds)?;
         relay.ready.store(true, Ordering::Release);
         Ok(relay)
     }
 
-    /// Stops the committer after it drains its queue, and waits for it.
+    /// Stops the committers after they drain their queues, and waits for them.
     pub fn stop(&self) {
-        self.committer.stop();
-        let handle = self.committer_thread.lock().expect("thread lock").take();
-        if let Some(h) = handle {
+        for c in &self.committers {
+            c.stop();
+        }
+        let handles = std::mem::take(&mut *self.committer_threads.lock().expect("thread lock"));
+        for h in handles {
             let _ = h.join();
         }
     }
@@ -137,9 +153,15 @@ impl Relay {
         &self.store
     }
 
-    /// The committer: where write batches and backfill jobs go.
-    pub fn committer(&self) -> &Arc<Committer> {
-        &self.committer
+    /// The committer of database `db`'s shard: where its write batches and backfill jobs
+    /// go.
+    pub fn committer(&self, db: &str) -> &Arc<Committer> {
+        &self.committers[self.store.shard_index(db)]
+    }
+
+    /// Every shard's committer, in shard order.
+    pub fn committers(&self) -> &[Arc<Committer>] {
+        &self.committers
     }
 
     /// The process's metrics.
@@ -172,7 +194,7 @@ impl Relay {
     /// `--max-databases`).
     pub fn database(&self, name: &str) -> Result<Arc<Database>, DatabaseError> {
         self.databases
-            .get_or_create(name, &self.store, &self.committer, &self.config)
+            .get_or_create(name, &self.store, &self.committers, &self.config)
     }
 
     /// Runs `read` (a storage read of database `db`: its snapshot, scans and decoding) on
@@ -253,7 +275,7 @@ impl Relay {
         db: &Database,
         read: impl FnOnce(&DatabaseView, &IndexCatalog) -> Result<T, QueryError>,
     ) -> Result<(T, u64), QueryError> {
-        let snap = self.store.snapshot().map_err(storage)?;
+        let snap = self.store.snapshot(db.name()).map_err(storage)?;
         let view = snap
             .database(db.name())
             .with_budget(self.config.max_scan_rows);

@@ -1,5 +1,8 @@
-//! The relay's embedded store: one redb file holding every database's documents, index
-//! entries, changelog, write-idempotency records and metadata.
+//! The relay's embedded store: every database's documents, index entries, changelog,
+//! write-idempotency records and metadata, in shards: redb files `hearth.redb`,
+//! `hearth-1.redb`, ... (`store/shards` in the first one's `meta` says how many; a store
+//! without it has one), each database wholly in the shard its name hashes to
+//! ([`shard_of`]). Every shard has the same tables:
 //!
 //! ```text
 //! table       key                                        value
@@ -107,43 +110,157 @@ pub fn valid_database_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The open store.
+/// Shards of a store created without `--store-shards`.
+pub const DEFAULT_STORE_SHARDS: usize = 8;
+
+/// Most shards a store may have.
+pub const MAX_STORE_SHARDS: usize = 64;
+
+/// The `meta` record of shard 0 that says how many shards the store has (absent: one, the
+/// layout of stores made before shards).
+const SHARDS_RECORD: &str = "store/shards";
+
+/// The shard database `db` lives in, of `n`: FNV-1a of its name, so it never changes
+/// with the build or the platform.
+pub fn shard_of(db: &str, n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in db.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % n.max(1) as u64) as usize
+}
+
+/// The file name of shard `i` in the store's directory.
+pub fn shard_file_name(i: usize) -> String {
+    match i {
+        0 => "hearth.redb".to_owned(),
+        i => format!("hearth-{i}.redb"),
+    }
+}
+
+/// The open store: its databases spread over shards, one redb file each (`hearth.redb`,
+/// then `hearth-1.redb`, ...), by a hash of the database name. Each shard has its own
+/// writer, so commits to databases in different shards run at once and never wait for
+/// each other.
 pub struct Store {
-    /// The redb file; the committer opens its write transactions directly.
-    pub(crate) db: redb::Database,
+    /// The shards' redb files; a shard's committer opens its write transactions directly.
+    shards: Vec<redb::Database>,
 }
 
 impl Store {
-    /// Opens (or creates) the store in directory `dir`, with redb's default page cache.
+    /// Opens (or creates, with [`DEFAULT_STORE_SHARDS`] shards) the store in directory
+    /// `dir`, with redb's default page cache.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        Store::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+        Store::open_with(dir, DEFAULT_CACHE_BYTES, DEFAULT_STORE_SHARDS)
     }
 
-    /// Opens (or creates) the store in directory `dir`, caching at most `cache_bytes` of
-    /// its pages in memory (the bulk of the relay's resident memory under load).
-    pub fn open_with_cache(dir: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
+    /// Opens the store in directory `dir`, or creates it with `shards` shards (an existing
+    /// store keeps its own number), caching at most `cache_bytes` of its pages in memory
+    /// (the bulk of the relay's resident memory under load), shared out between shards.
+    pub fn open_with(dir: &Path, cache_bytes: usize, shards: usize) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
             path: dir.display().to_string(),
             source,
         })?;
-        let db = redb::Database::builder()
-            .set_cache_size(cache_bytes)
-            .create(dir.join("hearth.redb"))?;
-        let txn = db.begin_write()?;
-        {
-            txn.open_table(DOCUMENTS)?;
-            txn.open_table(INDEX)?;
-            txn.open_table(CHANGELOG)?;
-            txn.open_table(BATCHES)?;
-            txn.open_table(META)?;
+        let first = dir.join(shard_file_name(0));
+        let wanted = shards.clamp(1, MAX_STORE_SHARDS);
+        let existing = first.exists();
+        let open = |path: std::path::PathBuf, cache: usize| -> Result<redb::Database, StoreError> {
+            let db = redb::Database::builder()
+                .set_cache_size(cache)
+                .create(path)?;
+            let txn = db.begin_write()?;
+            {
+                txn.open_table(DOCUMENTS)?;
+                txn.open_table(INDEX)?;
+                txn.open_table(CHANGELOG)?;
+                txn.open_table(BATCHES)?;
+                txn.open_table(META)?;
+            }
+            txn.commit()?;
+            Ok(db)
+        };
+        let zero = open(first, cache_bytes / wanted)?;
+        let n = if existing {
+            let txn = zero.begin_read()?;
+            let meta = txn.open_table(META)?;
+            let stored = meta.get(SHARDS_RECORD)?.map(|v| read_u64(v.value()));
+            match stored {
+                None => 1,
+                Some(n) if (1..=MAX_STORE_SHARDS as u64).contains(&n) => n as usize,
+                Some(n) => {
+                    return Err(StoreError::Corrupt {
+                        db: String::new(),
+                        what: format!("the store says it has {n} shards"),
+                    })
+                }
+            }
+        } else {
+            wanted
+        };
+        if existing && n != wanted && shards != DEFAULT_STORE_SHARDS {
+            tracing::warn!(
+                shards = n,
+                asked = shards,
+                "the store keeps the number of shards it was created with"
+            );
         }
-        txn.commit()?;
-        Ok(Store { db })
+        let mut all = vec![zero];
+        for i in 1..n {
+            let path = dir.join(shard_file_name(i));
+            if existing && !path.exists() {
+                return Err(StoreError::Corrupt {
+                    db: String::new(),
+                    what: format!("shard file {} is missing", path.display()),
+                });
+            }
+            all.push(open(path, cache_bytes / n)?);
+        }
+        if !existing {
+            // Written last: a store whose creation was cut short has no record, and is
+            // read as the one-shard layout it then is (its other files are empty).
+            let txn = all[0].begin_write()?;
+            txn.open_table(META)?
+                .insert(SHARDS_RECORD, (n as u64).to_be_bytes().as_slice())?;
+            txn.commit()?;
+        }
+        Ok(Store { shards: all })
+    }
+
+    /// How many shards the store has.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard database `db` lives in.
+    pub fn shard_index(&self, db: &str) -> usize {
+        shard_of(db, self.shards.len())
+    }
+
+    /// Shard `i`'s redb file.
+    pub(crate) fn shard(&self, i: usize) -> &redb::Database {
+        &self.shards[i]
+    }
+
+    /// The redb file database `db` lives in.
+    pub(crate) fn file(&self, db: &str) -> &redb::Database {
+        self.shard(self.shard_index(db))
     }
 
     /// Every database with its last commit version.
     pub fn databases(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for i in 0..self.shards.len() {
+            out.extend(self.shard_databases(i)?);
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every database of shard `i` with its last commit version.
+    pub fn shard_databases(&self, i: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        let txn = self.shard(i).begin_read()?;
         let meta = txn.open_table(META)?;
         let mut out = Vec::new();
         for row in meta.range("version/".."version0")? {
@@ -167,7 +284,7 @@ impl Store {
         kind: &str,
         what: &str,
     ) -> Result<Option<IndexFile>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.file(db).begin_read()?;
         let meta = txn.open_table(META)?;
         let Some(v) = meta.get(format!("{kind}/{db}").as_str())? else {
             return Ok(None);
@@ -181,10 +298,13 @@ impl Store {
             })
     }
 
-    /// A consistent read-only view of every database.
-    pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let txn = self.db.begin_read()?;
+    /// A consistent read-only view of database `db` (and of the others in its shard).
+    pub fn snapshot(&self, db: &str) -> Result<Snapshot, StoreError> {
+        let shard = self.shard_index(db);
+        let txn = self.shard(shard).begin_read()?;
         Ok(Snapshot {
+            shard,
+            shards: self.shards.len(),
             documents: txn.open_table(DOCUMENTS)?,
             index: txn.open_table(INDEX)?,
             changelog: txn.open_table(CHANGELOG)?,
@@ -218,7 +338,7 @@ impl Store {
                 None => break,
             }
         }
-        let txn = self.db.begin_write()?;
+        let txn = self.file(db).begin_write()?;
         {
             let mut meta = txn.open_table(META)?;
             meta.insert(
@@ -234,7 +354,7 @@ impl Store {
     pub fn document_count(&self, db: &str) -> Result<u64, StoreError> {
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
-        let txn = self.db.begin_read()?;
+        let txn = self.file(db).begin_read()?;
         let docs = txn.open_table(DOCUMENTS)?;
         Ok(docs.range(prefix.as_slice()..end.as_slice())?.count() as u64)
     }
@@ -254,7 +374,7 @@ impl Store {
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
         let from = from.unwrap_or(&prefix);
-        let mut txn = self.db.begin_write()?;
+        let mut txn = self.file(db).begin_write()?;
         // No fsync of its own: the next durable commit (the next round, or the build's end)
         // makes it durable with everything before it, and a crash before that leaves a
         // build that is rolled back from the documents anyway.
@@ -306,7 +426,7 @@ impl Store {
     /// stored definitions), before the first entry is written: after a crash, the next
     /// start finds the record and removes what the build wrote ([`Store::roll_back_build`]).
     pub fn begin_build(&self, db: &str, target: &IndexCatalog) -> Result<(), StoreError> {
-        let txn = self.db.begin_write()?;
+        let txn = self.file(db).begin_write()?;
         {
             let mut meta = txn.open_table(META)?;
             meta.insert(
@@ -321,7 +441,7 @@ impl Store {
     /// Ends a build: `db`'s entries now follow `built`, which becomes its stored index
     /// definitions, and the build record is removed, in one transaction.
     pub fn end_build(&self, db: &str, built: &IndexCatalog) -> Result<(), StoreError> {
-        let txn = self.db.begin_write()?;
+        let txn = self.file(db).begin_write()?;
         {
             let mut meta = txn.open_table(META)?;
             meta.insert(
@@ -354,7 +474,7 @@ impl Store {
     pub fn check(&self, db: &str, catalog: &IndexCatalog) -> Result<Vec<String>, StoreError> {
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
-        let txn = self.db.begin_read()?;
+        let txn = self.file(db).begin_read()?;
         let docs = txn.open_table(DOCUMENTS)?;
         let index = txn.open_table(INDEX)?;
         let mut expected = std::collections::BTreeSet::new();
@@ -415,8 +535,12 @@ pub(crate) fn read_u64(b: &[u8]) -> u64 {
     u64::from_be_bytes(a)
 }
 
-/// A read transaction over all tables.
+/// A read transaction over all tables of one shard.
 pub struct Snapshot {
+    /// The shard it reads.
+    shard: usize,
+    /// How many shards the store has.
+    shards: usize,
     /// Documents by database and name.
     documents: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
     /// Index entries, read by the query executor's scans.
@@ -430,6 +554,11 @@ pub struct Snapshot {
 impl Snapshot {
     /// One database's view of the snapshot.
     pub fn database<'a>(&'a self, db: &str) -> DatabaseView<'a> {
+        debug_assert_eq!(
+            shard_of(db, self.shards),
+            self.shard,
+            "`{db}` is in another shard"
+        );
         DatabaseView {
             snap: self,
             prefix: db_prefix(db),

@@ -391,10 +391,14 @@ impl Connection {
         // backpressure that keeps the client's order and loses nothing.
         let mut req = req;
         loop {
-            let room = self.relay.committer().room().notified();
+            let room = self.relay.committer(self.db.name()).room().notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            match self.relay.committer().submit(self.db.name(), req) {
+            match self
+                .relay
+                .committer(self.db.name())
+                .submit(self.db.name(), req)
+            {
                 Ok(()) => break,
                 Err(Refused::Full(r)) => {
                     req = *r;
@@ -442,7 +446,10 @@ impl Connection {
 /// A one-time read of the documents `names` at the latest committed state.
 fn get(relay: &Relay, db: &Database, request_id: u64, names: Vec<DocumentName>) -> ServerMessage {
     let result = (|| -> Result<ServerMessage, String> {
-        let snap = relay.store().snapshot().map_err(|e| e.to_string())?;
+        let snap = relay
+            .store()
+            .snapshot(db.name())
+            .map_err(|e| e.to_string())?;
         let view = snap.database(db.name());
         let version = view.version().map_err(|e| e.to_string())?;
         let mut documents = Vec::with_capacity(names.len());
@@ -510,7 +517,7 @@ impl ListenStart {
                     Start::Resume(None)
                 }
                 Some(r) => {
-                    let Ok(snap) = store.snapshot() else {
+                    let Ok(snap) = store.snapshot(&name) else {
                         return Start::Resume(None);
                     };
                     let view = snap.database(&name);

@@ -11,7 +11,7 @@ use hearth_core::document::Document;
 use hearth_core::mutation::{FieldTransform, Mutation, SetMerge};
 use hearth_core::query::model::{Operator as Op, Query};
 use hearth_core::value::{Timestamp, Value};
-use hearth_relay::store::{db_prefix, BATCHES, CHANGELOG, META};
+use hearth_relay::store::{db_prefix, shard_file_name, Store, BATCHES, CHANGELOG, META};
 use redb::ReadableTable;
 
 use crate::harness::*;
@@ -39,10 +39,16 @@ fn set_commit_times(dir: &Path, micros: i64) {
     });
 }
 
+/// The redb file of the stopped relay's store that holds database [`DB`].
+fn shard_file(dir: &Path) -> std::path::PathBuf {
+    let shard = Store::open(dir).unwrap().shard_index(DB);
+    dir.join(shard_file_name(shard))
+}
+
 /// Rewrites the stopped relay's changelog records of database [`DB`]: `edit(version,
 /// record)` changes a record in place, or returns false to delete it.
 fn edit_changelog(dir: &Path, mut edit: impl FnMut(u64, &mut Vec<u8>) -> bool) {
-    let db = redb::Database::create(dir.join("hearth.redb")).unwrap();
+    let db = redb::Database::create(shard_file(dir)).unwrap();
     let txn = db.begin_write().unwrap();
     {
         let mut table = txn.open_table(CHANGELOG).unwrap();
@@ -187,7 +193,7 @@ async fn old_records_load_and_commit_times_go_on_from_the_stored_one() {
     // commit an hour ahead of the clock (the clock has been put back since).
     let ahead = now_micros() + 3_600_000_000;
     set_commit_times(dir.path(), ahead);
-    let db = redb::Database::create(dir.path().join("hearth.redb")).unwrap();
+    let db = redb::Database::create(shard_file(dir.path())).unwrap();
     let txn = db.begin_write().unwrap();
     {
         let mut batches = txn.open_table(BATCHES).unwrap();

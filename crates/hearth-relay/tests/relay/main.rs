@@ -20,4 +20,5 @@ mod model;
 mod ops;
 mod queries;
 mod robustness;
+mod shards;
 mod writes;

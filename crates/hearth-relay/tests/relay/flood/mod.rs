@@ -511,7 +511,7 @@ async fn a_flood_of_hostile_clients_leaves_a_bystander_unharmed() {
     );
     eprintln!("flood: connections open after the flood: {open:?}");
     eprintln!(
-        "flood: relay group commits (rounds of the one committer): {}",
+        "flood: relay group commits (rounds of every shard's committer): {}",
         rounds(&metrics)
     );
 
