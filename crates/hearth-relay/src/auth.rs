@@ -23,6 +23,10 @@ use serde_json::Value;
 pub struct Authenticator {
     /// `None` when auth is disabled: every token is accepted and nobody is signed in.
     keys: Option<Arc<Keys>>,
+    /// The HS256 key of service tokens (`--service-secret`): trusted server code, which the
+    /// security rules do not apply to. Kept apart from the client keys, so no end user's
+    /// token can ever pass for one.
+    service: Option<Arc<(DecodingKey, Validation)>>,
 }
 
 /// The configured keys, at most one per accepted algorithm.
@@ -49,6 +53,9 @@ pub struct AuthContext {
     /// names, `"*"` meaning any); `None` when it has no such claim (or auth is disabled),
     /// and the relay's `--databases` policy alone decides.
     pub databases: Option<Vec<String>>,
+    /// A service token (signed with `--service-secret`): trusted server code, past the
+    /// security rules, as Firebase's Admin SDK is.
+    pub service: bool,
 }
 
 impl AuthContext {
@@ -59,6 +66,7 @@ impl AuthContext {
             expires_at: None,
             claims: Value::Null,
             databases: None,
+            service: false,
         }
     }
 
@@ -147,7 +155,24 @@ impl Authenticator {
     /// Auth switched off: every token is accepted, including the empty one, and every caller
     /// is anonymous. A token's `sub` is not trusted unverified, so `uid` is always `None`.
     pub fn disabled() -> Authenticator {
-        Authenticator { keys: None }
+        Authenticator {
+            keys: None,
+            service: None,
+        }
+    }
+
+    /// Also accepts service tokens: HS256 tokens signed with `secret`, which identify
+    /// trusted server code (the security rules do not apply to it). The secret must differ
+    /// from the client tokens' and must never reach a browser.
+    pub fn with_service_secret(mut self, secret: &[u8]) -> Result<Authenticator, AuthConfigError> {
+        if secret.is_empty() {
+            return Err(AuthConfigError::EmptySecret);
+        }
+        self.service = Some(Arc::new((
+            DecodingKey::from_secret(secret),
+            validation_for(Algorithm::HS256),
+        )));
+        Ok(self)
     }
 
     /// Verifies HS256 tokens signed with `secret`.
@@ -197,6 +222,7 @@ impl Authenticator {
             .collect::<Result<_, AuthConfigError>>()?;
         Ok(Authenticator {
             keys: Some(Arc::new(Keys { verifiers })),
+            service: None,
         })
     }
 
@@ -208,6 +234,17 @@ impl Authenticator {
     /// Verifies `token` at time `now_unix` (unix seconds). The token is valid from its `nbf`
     /// (inclusive) until its `exp` (exclusive), both optional, with no leeway.
     pub fn verify(&self, token: &str, now_unix: u64) -> Result<AuthContext, AuthError> {
+        if let Some((key, validation)) = self.service.as_deref() {
+            let signed = jsonwebtoken::decode_header(token.trim())
+                .ok()
+                .filter(|h| h.alg == Algorithm::HS256)
+                .and_then(|_| jsonwebtoken::decode::<Value>(token.trim(), key, validation).ok());
+            if let Some(data) = signed {
+                let mut context = context_of(data.claims, now_unix)?;
+                context.service = true;
+                return Ok(context);
+            }
+        }
         let Some(keys) = &self.keys else {
             return Ok(AuthContext::anonymous());
         };
@@ -229,49 +266,56 @@ impl Authenticator {
         let claims = jsonwebtoken::decode::<Value>(token, key, validation)
             .map_err(invalid)?
             .claims;
-        if !claims.is_object() {
-            return Err(AuthError::Invalid("claims are not a JSON object".into()));
-        }
-        // Rounding errs on the side of refusing: a fractional `exp` ends early, a fractional
-        // `nbf` starts late.
-        let expires_at = numeric_date(&claims, "exp", f64::floor)?;
-        let not_before = numeric_date(&claims, "nbf", f64::ceil)?;
-        if let Some(exp) = expires_at {
-            if now_unix >= exp {
-                return Err(AuthError::Expired { expired_at: exp });
-            }
-        }
-        if not_before.is_some_and(|nbf| now_unix < nbf) {
-            return Err(AuthError::NotYetValid);
-        }
-        let uid = match (claims.get("sub"), claims.get("user_id")) {
-            (Some(v), _) | (None, Some(v)) => Some(
-                v.as_str()
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| AuthError::Invalid("sub is not a non-empty string".into()))?
-                    .to_owned(),
-            ),
-            (None, None) => None,
-        };
-        let databases = match claims.get("databases") {
-            None => None,
-            Some(Value::String(name)) => Some(vec![name.clone()]),
-            Some(Value::Array(items)) => Some(
-                items
-                    .iter()
-                    .map(|v| v.as_str().map(str::to_owned))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(databases_invalid)?,
-            ),
-            Some(_) => return Err(databases_invalid()),
-        };
-        Ok(AuthContext {
-            uid,
-            expires_at,
-            claims,
-            databases,
-        })
+        context_of(claims, now_unix)
     }
+}
+
+/// The context of a token whose signature is verified: its time window checked, its
+/// subject and `databases` claim read.
+fn context_of(claims: Value, now_unix: u64) -> Result<AuthContext, AuthError> {
+    if !claims.is_object() {
+        return Err(AuthError::Invalid("claims are not a JSON object".into()));
+    }
+    // Rounding errs on the side of refusing: a fractional `exp` ends early, a fractional
+    // `nbf` starts late.
+    let expires_at = numeric_date(&claims, "exp", f64::floor)?;
+    let not_before = numeric_date(&claims, "nbf", f64::ceil)?;
+    if let Some(exp) = expires_at {
+        if now_unix >= exp {
+            return Err(AuthError::Expired { expired_at: exp });
+        }
+    }
+    if not_before.is_some_and(|nbf| now_unix < nbf) {
+        return Err(AuthError::NotYetValid);
+    }
+    let uid = match (claims.get("sub"), claims.get("user_id")) {
+        (Some(v), _) | (None, Some(v)) => Some(
+            v.as_str()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| AuthError::Invalid("sub is not a non-empty string".into()))?
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    let databases = match claims.get("databases") {
+        None => None,
+        Some(Value::String(name)) => Some(vec![name.clone()]),
+        Some(Value::Array(items)) => Some(
+            items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(databases_invalid)?,
+        ),
+        Some(_) => return Err(databases_invalid()),
+    };
+    Ok(AuthContext {
+        uid,
+        expires_at,
+        claims,
+        databases,
+        service: false,
+    })
 }
 
 fn databases_invalid() -> AuthError {

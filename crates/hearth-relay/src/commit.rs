@@ -97,6 +97,8 @@ pub struct WriteRequest {
     pub enqueued: Instant,
     /// The size of the frame that carried it: what it costs in memory while queued.
     pub bytes: usize,
+    /// What the security rules check each of its writes with (`None`: nothing).
+    pub access: Option<crate::rules::Access>,
 }
 
 /// Why [`Committer::submit`] handed a batch back.
@@ -513,6 +515,17 @@ fn apply_round(
             if let Some(e) = failed {
                 results.push(Err(refuse(e)?));
                 continue;
+            }
+            // The security rules, per document, with the batch applied: all or nothing.
+            if let Some(access) = &req.access {
+                let before = |name: &DocumentName| read_doc(&docs, name).map_err(|e| e.to_string());
+                if let Err(denied) = access.check_writes(db, &overlay, &before, ctx.commit_time) {
+                    results.push(Err(refuse(WriteError::new(
+                        ErrorCode::PermissionDenied,
+                        denied,
+                    ))?));
+                    continue;
+                }
             }
             let mut encoded = Vec::with_capacity(overlay.len());
             for (_, _, new) in &overlay {

@@ -68,6 +68,10 @@ pub struct Config {
     /// Most rows (documents and index entries) one read request may scan; past it the
     /// request is refused with `resource-exhausted`.
     pub max_scan_rows: u64,
+    /// The security rules file (`--rules`); `None`: the relay is open.
+    pub rules_file: Option<PathBuf>,
+    /// Whether a denial's message names the rule that decided (`--explain-denials`).
+    pub explain_denials: bool,
 }
 
 impl Config {
@@ -97,6 +101,8 @@ impl Config {
             databases: None,
             max_databases: 1000,
             max_scan_rows: 10_000_000,
+            rules_file: None,
+            explain_denials: true,
         }
     }
 }

@@ -28,6 +28,7 @@ mod indexes;
 pub mod metrics;
 pub mod outbound;
 mod retention;
+pub mod rules;
 mod server;
 mod state;
 pub mod store;

@@ -68,6 +68,25 @@ struct ServeArgs {
     /// HS256 secret that signs client tokens (JWT). Without any key, tokens are not checked.
     #[arg(long, env = "HEARTH_AUTH_SECRET", hide_env_values = true)]
     auth_secret: Option<String>,
+    /// HS256 secret that signs service tokens: trusted server code (the seeds' Admin SDK
+    /// samples, back-office jobs), which the security rules do not apply to. Keep it out
+    /// of browsers; it must differ from the client tokens' secret.
+    #[arg(long, env = "HEARTH_SERVICE_SECRET", hide_env_values = true)]
+    service_secret: Option<String>,
+    /// Security rules (Firebase's rules syntax, `rules_version = '2'`) checked on every
+    /// read, listen and write; reloaded on SIGHUP and when the file changes. Without them
+    /// the relay is open: anyone who reaches it reads and writes everything, so it serves
+    /// loopback only unless `--insecure-open`.
+    #[arg(long, env = "HEARTH_RULES")]
+    rules: Option<PathBuf>,
+    /// Serve without security rules on an address other than loopback.
+    #[arg(long, env = "HEARTH_INSECURE_OPEN")]
+    insecure_open: bool,
+    /// Whether a denied operation's error names the rule that decided, and for a query
+    /// refused because rules are not filters, the constraint that would make it provable.
+    /// By default: on when the relay listens on loopback (development), off otherwise.
+    #[arg(long, env = "HEARTH_EXPLAIN_DENIALS")]
+    explain_denials: Option<bool>,
     /// PEM file of an RS256 public key that verifies client tokens.
     #[arg(long, env = "HEARTH_AUTH_RS256_KEY")]
     auth_rs256_key: Option<PathBuf>,
@@ -165,6 +184,16 @@ struct ServeArgs {
     log_format: String,
 }
 
+/// Whether every address `addr` resolves to is a loopback one.
+fn loopback_only(addr: &str) -> anyhow::Result<bool> {
+    use std::net::ToSocketAddrs;
+    let resolved: Vec<_> = addr
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {addr}"))?
+        .collect();
+    Ok(!resolved.is_empty() && resolved.iter().all(|a| a.ip().is_loopback()))
+}
+
 fn read_indexes(path: Option<&PathBuf>) -> anyhow::Result<IndexFile> {
     match path {
         None => Ok(IndexFile::default()),
@@ -226,6 +255,29 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             es.as_deref(),
         )?
     };
+    let auth = match args.service_secret.as_deref() {
+        Some(secret) => {
+            if args.auth_secret.as_deref() == Some(secret) {
+                anyhow::bail!("--service-secret must differ from --auth-secret: a client token would pass for a service token");
+            }
+            auth.with_service_secret(secret.as_bytes())?
+        }
+        None => auth,
+    };
+    // Where the relay listens decides whether it may run open, and the default of
+    // `--explain-denials`.
+    let loopback = loopback_only(&args.addr)?;
+    match &args.rules {
+        None if !loopback && !args.insecure_open => anyhow::bail!(
+            "no security rules (--rules): an open relay serves loopback only; give it rules, \
+             or --insecure-open to serve {} without any",
+            args.addr
+        ),
+        None => tracing::warn!(
+            "no security rules (--rules): the relay is open, anyone who reaches it reads and writes everything"
+        ),
+        Some(file) => tracing::info!(rules = %file.display(), "security rules in force"),
+    }
     let mut config = Config::new(args.data.clone());
     config.cache_bytes = args.cache_mib.max(1).saturating_mul(1 << 20);
     config.store_shards = args.store_shards as usize;
@@ -262,6 +314,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     config.max_databases = args.max_databases;
     config.max_scan_rows = args.max_scan_rows.max(1);
+    config.rules_file = args.rules.clone();
+    config.explain_denials = args.explain_denials.unwrap_or(loopback);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

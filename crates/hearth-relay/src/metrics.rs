@@ -53,6 +53,8 @@ pub struct Metrics {
     /// Connections refused by a connection limit, by reason. The static key bounds the
     /// number of series.
     connections_refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// Security-rule decisions, by operation kind and outcome (`allowed`, `denied`).
+    rules: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
 }
 
 /// The series of one database.
@@ -139,6 +141,7 @@ impl Metrics {
             databases: Mutex::new(BTreeMap::new()),
             protocol_errors: Mutex::new(BTreeMap::new()),
             connections_refused: Mutex::new(BTreeMap::new()),
+            rules: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -224,6 +227,13 @@ impl Metrics {
     /// `address`, `database`, `subject`, `hello_size`).
     pub fn connection_refused(&self, reason: &'static str) {
         *lock(&self.connections_refused).entry(reason).or_insert(0) += 1;
+    }
+
+    /// The security rules decided an operation of kind `operation` (`get`, `list`,
+    /// `create`, `update`, `delete`).
+    pub fn rules_decision(&self, operation: &'static str, allowed: bool) {
+        let outcome = if allowed { "allowed" } else { "denied" };
+        *lock(&self.rules).entry((operation, outcome)).or_insert(0) += 1;
     }
 
     /// All metrics in the Prometheus text exposition format 0.0.4
@@ -332,6 +342,17 @@ impl Metrics {
                 &[("reason", reason)],
                 n,
             );
+        }
+        let name = "hearth_rules_decisions_total";
+        family(
+            &mut out,
+            name,
+            "Operations the security rules allowed or denied, by kind.",
+            "counter",
+        );
+        for ((operation, outcome), n) in lock(&self.rules).iter() {
+            let labels = [("operation", *operation), ("outcome", *outcome)];
+            sample(&mut out, name, &labels, n);
         }
         out
     }

@@ -62,6 +62,7 @@ pub async fn run(
             }
         }
     });
+    let reloader = tokio::spawn(reload_rules(relay.clone()));
     let mut http = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -136,6 +137,7 @@ pub async fn run(
     })
     .await;
     pruner.abort();
+    reloader.abort();
     // Upgraded WebSocket connections left the HTTP server: wait until each has answered its
     // in-flight writes and closed (every connection permit is back), for at most 30 s.
     let deadline = std::time::Instant::now() + DRAIN_LIMIT;
@@ -146,4 +148,36 @@ pub async fn run(
     tokio::task::spawn_blocking(move || r.stop()).await.ok();
     tracing::info!("hearth-relay stopped");
     Ok(())
+}
+
+/// Reloads the security rules on `SIGHUP` and when their file changes (looked at every
+/// second), off the runtime's workers; nothing to do for an open relay.
+async fn reload_rules(relay: Arc<Relay>) {
+    if !relay.rules().enabled() {
+        return;
+    }
+    #[cfg(unix)]
+    let mut hangup =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        #[cfg(unix)]
+        let signalled = async {
+            match hangup.as_mut() {
+                Some(h) => h.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let signalled = std::future::pending::<Option<()>>();
+        let r = relay.clone();
+        tokio::select! {
+            _ = tick.tick() => {
+                let _ = tokio::task::spawn_blocking(move || r.rules().reload_if_changed()).await;
+            }
+            Some(()) = signalled => {
+                let _ = tokio::task::spawn_blocking(move || r.rules().reload_logged("SIGHUP")).await;
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::databases::{Database, DatabaseError, Databases};
 use crate::fanout_thread;
 use crate::metrics::Metrics;
+use crate::rules::{Access, Rules, SnapshotReader};
 use crate::store::{DatabaseView, Store, StoreError};
 use crate::supervise::{panic_message, supervised};
 use hearth_core::document::Document;
@@ -54,6 +55,8 @@ pub struct Relay {
     ready: AtomicBool,
     /// Storage reads running at once on the blocking pool ([`Relay::blocking_read`]).
     readers: tokio::sync::Semaphore,
+    /// The security rules in force (none: the relay is open).
+    rules: Rules,
     /// The committer threads, joined on stop so the process never exits mid-commit.
     committer_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -67,6 +70,9 @@ pub enum RelayError {
     /// A thread could not start, or the listener failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The security rules file could not be read, or has errors.
+    #[error(transparent)]
+    Rules(#[from] crate::rules::RulesLoadError),
 }
 
 /// How many storage reads run at once: two per core, at least four (a read mostly decodes
@@ -86,6 +92,10 @@ impl Relay {
     /// Opens the store, backfills indexes whose definitions changed, and starts the
     /// committer and fan-out threads.
     pub fn start(config: Config, auth: Authenticator) -> Result<Arc<Relay>, RelayError> {
+        let rules = match &config.rules_file {
+            Some(file) => Rules::load(file, config.explain_denials)?,
+            None => Rules::open(),
+        };
         let store = Arc::new(Store::open_with(
             &config.data_dir,
             config.cache_bytes,
@@ -112,6 +122,7 @@ impl Relay {
             next_conn: AtomicU64::new(1),
             ready: AtomicBool::new(false),
             readers: tokio::sync::Semaphore::new(readers()),
+            rules,
             committer_threads: Mutex::new(Vec::new()),
         });
         let (sink, rounds) = fanout_thread::channel(Arc::downgrade(&relay));
@@ -162,6 +173,30 @@ impl Relay {
     /// Every shard's committer, in shard order.
     pub fn committers(&self) -> &[Arc<Committer>] {
         &self.committers
+    }
+
+    /// The security rules.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// Checks that the rules let `access`'s caller list `q` on database `db` (a query, an
+    /// aggregation or a listen): the rules' own reads see the latest committed state.
+    /// Nothing to check without `access` (an open relay, a service token).
+    pub fn check_list(
+        &self,
+        access: Option<&Access>,
+        db: &Database,
+        q: &Query,
+    ) -> Result<(), QueryError> {
+        let Some(access) = access else {
+            return Ok(());
+        };
+        let snap = self.store.snapshot(db.name()).map_err(storage)?;
+        let view = snap.database(db.name());
+        access
+            .check_list(db.name(), q, &SnapshotReader { view: &view })
+            .map_err(QueryError::PermissionDenied)
     }
 
     /// The process's metrics.

@@ -47,6 +47,10 @@ pub enum QueryError {
     Storage(#[from] crate::kv::KvError),
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// The security rules do not allow the request (the message says why, as far as the
+    /// relay is told to explain).
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 impl QueryError {
@@ -58,6 +62,7 @@ impl QueryError {
             QueryError::MissingIndex { .. } => ErrorCode::FailedPrecondition,
             QueryError::Storage(_) => ErrorCode::Unavailable,
             QueryError::Corrupt(_) => ErrorCode::DataLoss,
+            QueryError::PermissionDenied(_) => ErrorCode::PermissionDenied,
         }
     }
 }

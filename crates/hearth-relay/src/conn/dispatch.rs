@@ -19,6 +19,7 @@ use crate::commit::{batch_digest, Refused, WriteError, WriteRequest};
 use crate::databases::Database;
 use crate::fanout::{Changed, Listened, Start};
 use crate::outbound::Outbound;
+use crate::rules::{Access, SnapshotReader};
 use crate::state::Relay;
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
@@ -66,6 +67,39 @@ async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
 }
 
 impl Connection {
+    /// What the rules check this connection's requests with (`None`: nothing: the relay is
+    /// open, or the connection holds a service token).
+    fn access(&self) -> Option<Access> {
+        self.relay.rules().access(&self.auth, self.relay.metrics())
+    }
+
+    /// Checks every target of the connection against the rules under its identity (a new
+    /// token), ending those it may no longer read with a target `Error`
+    /// `permission-denied`.
+    async fn recheck_targets(&mut self) {
+        let Some(access) = self.access() else { return };
+        let (db, id) = (self.db.clone(), self.id);
+        let targets = off_worker(move || db.fanout().targets_of(id)).await;
+        for (target_id, query) in targets.unwrap_or_default() {
+            let (db, access) = (self.db.clone(), access.clone());
+            let checked = self
+                .relay
+                .blocking_read(&self.db, move |relay| {
+                    relay.check_list(Some(&access), &db, &query)
+                })
+                .await;
+            let Ok(Err(QueryError::PermissionDenied(msg))) = checked else {
+                continue;
+            };
+            let (db, id) = (self.db.clone(), self.id);
+            let ended = off_worker(move || db.fanout().unlisten(id, target_id)).await;
+            if ended == Some(true) {
+                self.relay.metrics().listen_stopped(self.db.name());
+                self.send(&error(0, target_id, ErrorCode::PermissionDenied, msg));
+            }
+        }
+    }
+
     /// The token expired: every listen of the connection ends with `unauthenticated`.
     pub(super) async fn end_listens_on_expiry(&mut self) {
         let exp = self.auth.expires_at.unwrap_or(0);
@@ -119,7 +153,7 @@ impl Connection {
                     "Hello may only be the first message",
                 ));
             }
-            ClientMessage::Auth { token } => match self.relay.auth().verify(&token, now_unix()) {
+            ClientMessage::Auth { token } => match super::verify_token(&self.relay, &token) {
                 Ok(a) => {
                     // The new token must allow the connection's database (its `databases`
                     // claim), and a new subject needs room under its connection limit:
@@ -138,6 +172,7 @@ impl Connection {
                         }
                     }
                     self.auth = a;
+                    self.recheck_targets().await;
                 }
                 Err(e) => {
                     // A refused token ends the connection (protocol §2.2): the old identity
@@ -152,9 +187,12 @@ impl Connection {
             }
             ClientMessage::Get { request_id, names } => {
                 let db = self.db.clone();
+                let access = self.access();
                 let reply = self
                     .relay
-                    .blocking_read(&self.db, move |relay| get(relay, &db, request_id, names))
+                    .blocking_read(&self.db, move |relay| {
+                        get(relay, &db, access.as_ref(), request_id, names)
+                    })
                     .await
                     .unwrap_or_else(|e| error(request_id, 0, ErrorCode::Internal, e));
                 self.reply(request_id, &reply);
@@ -184,11 +222,14 @@ impl Connection {
                 }
                 let mut attempt = 0;
                 let aggregations = std::sync::Arc::new(aggregations);
+                let access = self.access();
                 let reply = loop {
                     let (db, q, aggs) = (self.db.clone(), query.clone(), aggregations.clone());
+                    let access = access.clone();
                     let result = self
                         .relay
                         .blocking_read(&self.db, move |relay| {
+                            relay.check_list(access.as_ref(), &db, &q)?;
                             relay.aggregate_latest(&db, &q, &aggs)
                         })
                         .await;
@@ -246,6 +287,7 @@ impl Connection {
                         query: query.clone(),
                         resume: resume_version,
                         accept_ahead,
+                        access: self.access(),
                     };
                     let listened = self
                         .relay
@@ -301,11 +343,15 @@ impl Connection {
         };
         // An OR query may need several indexes: create them one by one.
         let mut attempt = 0;
+        let access = self.access();
         loop {
-            let (db, qq) = (self.db.clone(), q.clone());
+            let (db, qq, access) = (self.db.clone(), q.clone(), access.clone());
             let result = self
                 .relay
-                .blocking_read(&self.db, move |relay| relay.query_for_reply(&db, &qq))
+                .blocking_read(&self.db, move |relay| {
+                    relay.check_list(access.as_ref(), &db, &qq)?;
+                    relay.query_for_reply(&db, &qq)
+                })
                 .await?;
             attempt += 1;
             match result {
@@ -385,6 +431,7 @@ impl Connection {
             reply: tx,
             enqueued: Instant::now(),
             bytes,
+            access: self.access(),
         };
         // A full queue (`--max-inflight-writes`, `--max-inflight-write-bytes`) holds the
         // connection, reading nothing more from it, until the committer takes batches:
@@ -443,8 +490,15 @@ impl Connection {
     }
 }
 
-/// A one-time read of the documents `names` at the latest committed state.
-fn get(relay: &Relay, db: &Database, request_id: u64, names: Vec<DocumentName>) -> ServerMessage {
+/// A one-time read of the documents `names` at the latest committed state, each allowed by
+/// the rules (`access`; `None`: nothing to check) or the whole read refused.
+fn get(
+    relay: &Relay,
+    db: &Database,
+    access: Option<&Access>,
+    request_id: u64,
+    names: Vec<DocumentName>,
+) -> ServerMessage {
     let result = (|| -> Result<ServerMessage, String> {
         let snap = relay
             .store()
@@ -455,6 +509,13 @@ fn get(relay: &Relay, db: &Database, request_id: u64, names: Vec<DocumentName>) 
         let mut documents = Vec::with_capacity(names.len());
         for n in names {
             let d = block_on_ready(fetch(&view, &n)).map_err(|e| e.to_string())?;
+            if let Some(access) = access {
+                let reader = SnapshotReader { view: &view };
+                let checked = access.check_get(db.name(), &n, d.as_ref(), &reader);
+                if let Err(denied) = checked {
+                    return Ok(error(request_id, 0, ErrorCode::PermissionDenied, denied));
+                }
+            }
             documents.push((n, d));
         }
         Ok(ServerMessage::GetResult {
@@ -478,6 +539,8 @@ struct ListenStart {
     resume: Option<u64>,
     /// Take a resume read ahead of the fan-out's published version.
     accept_ahead: bool,
+    /// What the rules check the listen with (`None`: nothing).
+    access: Option<Access>,
 }
 
 impl ListenStart {
@@ -500,6 +563,7 @@ impl ListenStart {
         }
         let q = validate(&self.query)?;
         check_listenable(&q)?;
+        relay.check_list(self.access.as_ref(), &self.db, &q)?;
         let source = q.source.clone();
         let db = &self.db;
         let store = relay.store().clone();

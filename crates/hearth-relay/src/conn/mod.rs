@@ -33,7 +33,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::auth::AuthContext;
+use crate::auth::{AuthContext, AuthError};
 use crate::databases::{Database, DatabaseError};
 use crate::outbound::{Outbound, WsIo};
 use crate::state::Relay;
@@ -344,7 +344,7 @@ async fn hello(
         let msg = format!("invalid database name `{database}` or client id: a database name is 1 to 64 of [A-Za-z0-9_-], a client id 1 to 256 bytes");
         return Err(reject(ErrorCode::InvalidArgument, msg));
     }
-    let auth = match relay.auth().verify(&token, now_unix()) {
+    let auth = match verify_token(&relay, &token) {
         Ok(a) => a,
         Err(e) => return Err(reject(ErrorCode::Unauthenticated, e.to_string())),
     };
@@ -663,6 +663,17 @@ async fn flusher(
         CLOSE_FLUSH
     };
     let _ = tokio::time::timeout(limit, out.flush()).await;
+}
+
+/// Who `token` says the caller is. With security rules, no token at all is an anonymous
+/// caller (`request.auth == null`, which the rules may allow); a token that is there must
+/// verify, never falling back to anonymous. Without rules, the authenticator alone decides
+/// (with keys configured, a missing token is refused).
+pub(crate) fn verify_token(relay: &Relay, token: &str) -> Result<AuthContext, AuthError> {
+    if token.trim().is_empty() && relay.rules().enabled() {
+        return Ok(AuthContext::anonymous());
+    }
+    relay.auth().verify(token, now_unix())
 }
 
 #[cfg(test)]

@@ -115,7 +115,12 @@ async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Respons
 
 async fn healthz(State(s): State<AppState>) -> Response {
     if s.relay.is_ready() && !*s.stop.borrow() {
-        (StatusCode::OK, "ok\n").into_response()
+        // The first line is the verdict; the second says whether anything is protected.
+        let rules = match s.relay.rules().file() {
+            Some(file) => format!("rules: {}", file.display()),
+            None => "open: no security rules, every client reads and writes everything".into(),
+        };
+        (StatusCode::OK, format!("ok\n{rules}\n")).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
     }

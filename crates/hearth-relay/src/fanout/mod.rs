@@ -481,6 +481,22 @@ impl Fanout {
         Ok(Listened::Started)
     }
 
+    /// The targets of connection `conn` and their queries.
+    pub fn targets_of(&self, conn: u64) -> Vec<(u32, Query)> {
+        let guard = self.lock();
+        let Some(targets) = guard.by_conn.get(&conn) else {
+            return Vec::new();
+        };
+        targets
+            .iter()
+            .filter_map(|t| {
+                let slot = guard.by_target.get(&(conn, *t))?;
+                let group = guard.groups.get(&slot.key[..])?;
+                Some((*t, group.view.query().clone()))
+            })
+            .collect()
+    }
+
     /// Removes a target; false if it did not exist. O(1).
     pub fn unlisten(&self, conn: u64, target_id: u32) -> bool {
         self.lock().unlisten(conn, target_id)

@@ -20,5 +20,6 @@ mod model;
 mod ops;
 mod queries;
 mod robustness;
+mod rules;
 mod shards;
 mod writes;

@@ -1,0 +1,362 @@
+//! The security rules (`--rules FILE`, Firebase's rules syntax) and how the relay applies
+//! them: a connection's gets, list queries, aggregations and listens are checked before
+//! anything is read, and its writes by the committer, document by document, at the
+//! version they commit at (`crate::commit`).
+//!
+//! The rules in force are swapped whole: `SIGHUP` or a change of the file reloads them
+//! ([`Rules::reload`]), and a file that does not parse leaves the rules in force, the log
+//! saying why (file, line and column). A request is checked with the rules in force when
+//! it arrived.
+//!
+//! Without `--rules` the relay is open: nothing is checked, and the binary then serves
+//! loopback only unless told `--insecure-open`. A service token (`--service-secret`) is
+//! trusted server code, past the rules, as the Admin SDK is past Firebase's.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use hearth_core::document::Document;
+use hearth_core::kv::block_on_ready;
+use hearth_core::path::DocumentName;
+use hearth_core::query::execute::fetch;
+use hearth_core::query::model::Query;
+use hearth_core::value::{Map, Timestamp, Value};
+use hearth_rules::{Auth, Decision, Method, Reader, Request, Ruleset};
+
+use crate::auth::AuthContext;
+use crate::metrics::Metrics;
+use crate::store::DatabaseView;
+
+/// Most documents the rules may read (`get()`, `exists()`, ...) for a single-document
+/// request, as Firestore's limit.
+pub const DOCUMENT_READS_SINGLE: usize = 10;
+/// Most documents the rules may read for a batch or transaction, as Firestore's limit.
+pub const DOCUMENT_READS_BATCH: usize = 20;
+
+/// Firestore's denial message, which every denial starts with.
+const DENIED: &str = "Missing or insufficient permissions.";
+
+/// The relay's security rules, reloadable.
+pub struct Rules {
+    /// The rules file; `None`: the relay runs open.
+    file: Option<PathBuf>,
+    /// The rules in force.
+    current: RwLock<Option<Arc<Ruleset>>>,
+    /// The loaded file's modification time and length, to tell when it changed.
+    stamp: Mutex<Option<(SystemTime, u64)>>,
+    /// Whether a denial names the rule that decided (`--explain-denials`).
+    explain: bool,
+}
+
+/// Why the rules file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesLoadError {
+    /// The file could not be read.
+    #[error("reading the rules file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file does not parse or check (its message names the line and column).
+    #[error("{0}")]
+    Parse(#[from] hearth_rules::RulesError),
+}
+
+impl Rules {
+    /// No rules: the relay is open.
+    pub fn open() -> Rules {
+        Rules {
+            file: None,
+            current: RwLock::new(None),
+            stamp: Mutex::new(None),
+            explain: true,
+        }
+    }
+
+    /// The rules in `file`; `explain` says whether denials name the deciding rule.
+    pub fn load(file: &Path, explain: bool) -> Result<Rules, RulesLoadError> {
+        let rules = Rules {
+            file: Some(file.to_owned()),
+            current: RwLock::new(None),
+            stamp: Mutex::new(None),
+            explain,
+        };
+        rules.reload()?;
+        Ok(rules)
+    }
+
+    /// Whether rules are configured (the relay is not open).
+    pub fn enabled(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The rules file, if any.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// The rules in force; `None` when the relay is open.
+    pub fn current(&self) -> Option<Arc<Ruleset>> {
+        self.current.read().map_or(None, |r| r.clone())
+    }
+
+    /// Reads and parses the rules file again and puts it in force; on an error the rules
+    /// in force stay. Nothing to do without a file.
+    pub fn reload(&self) -> Result<(), RulesLoadError> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let read = |e| RulesLoadError::Read {
+            path: path.display().to_string(),
+            source: e,
+        };
+        let stamp = file_stamp(path);
+        let source = std::fs::read_to_string(path).map_err(read)?;
+        let parsed = Ruleset::parse(&path.display().to_string(), &source);
+        // The stamp is taken even when the file does not parse: it is not read again
+        // until it changes.
+        if let Ok(mut s) = self.stamp.lock() {
+            *s = stamp;
+        }
+        let ruleset = parsed?;
+        if let Ok(mut current) = self.current.write() {
+            *current = Some(Arc::new(ruleset));
+        }
+        Ok(())
+    }
+
+    /// Reloads the rules if the file changed since it was last read, logging the outcome.
+    pub fn reload_if_changed(&self) {
+        let Some(path) = &self.file else { return };
+        let now = file_stamp(path);
+        let changed = self.stamp.lock().map_or(false, |s| *s != now);
+        if changed {
+            self.reload_logged("the rules file changed");
+        }
+    }
+
+    /// Reloads the rules, logging the outcome; `why` says what asked for it.
+    pub fn reload_logged(&self, why: &str) {
+        match self.reload() {
+            Ok(()) => tracing::info!(reason = why, "security rules reloaded"),
+            Err(e) => {
+                tracing::error!(reason = why, error = %e, "the rules file has errors: the rules in force stay")
+            }
+        }
+    }
+
+    /// What a caller's requests are checked with, their decisions counted in `metrics`:
+    /// `None` when nothing is checked (the relay is open, or the caller holds a service
+    /// token).
+    pub fn access(&self, caller: &AuthContext, metrics: &Arc<Metrics>) -> Option<Access> {
+        if caller.service {
+            return None;
+        }
+        let rules = self.current()?;
+        Some(Access {
+            rules,
+            auth: auth_of(caller).map(Arc::new),
+            explain: self.explain,
+            metrics: metrics.clone(),
+        })
+    }
+}
+
+/// The modification time and length of `path`, when it can be read.
+fn file_stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+/// `request.auth` of a caller: `None` for a caller without a verified token.
+pub fn auth_of(caller: &AuthContext) -> Option<Auth> {
+    let Value::Map(token) = json_value(&caller.claims) else {
+        return None;
+    };
+    Some(Auth {
+        uid: caller.uid.clone().unwrap_or_default(),
+        token,
+    })
+}
+
+/// A JSON claim as a rules value: numbers that are integers become ints, the rest floats.
+fn json_value(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Boolean(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Double(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(s.clone()),
+        serde_json::Value::Array(a) => Value::Array(a.iter().map(json_value).collect()),
+        serde_json::Value::Object(o) => Value::Map(
+            o.iter()
+                .map(|(k, v)| (k.clone(), json_value(v)))
+                .collect::<Map>(),
+        ),
+    }
+}
+
+/// A caller's requests under the rules in force.
+#[derive(Clone)]
+pub struct Access {
+    /// The rules in force when the request arrived.
+    pub rules: Arc<Ruleset>,
+    /// `request.auth`.
+    pub auth: Option<Arc<Auth>>,
+    /// Whether denials name the rule that decided.
+    pub explain: bool,
+    /// Where decisions are counted.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Reads through a snapshot of one database: `get()` and `exists()` of a read request
+/// (nothing is written, so `getAfter()` reads the same).
+pub struct SnapshotReader<'a, 'v> {
+    /// The snapshot's view of the database.
+    pub view: &'a DatabaseView<'v>,
+}
+
+impl Reader for SnapshotReader<'_, '_> {
+    fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        block_on_ready(fetch(self.view, name)).map_err(|e| e.to_string())
+    }
+
+    fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        self.get(name)
+    }
+}
+
+/// The current time as a rules timestamp.
+pub fn now() -> Timestamp {
+    Timestamp::from_micros(crate::commit::now_micros())
+        .unwrap_or_else(|_| Timestamp::new(0, 0).expect("the epoch is a valid timestamp"))
+}
+
+impl Access {
+    /// The client's message for a denial.
+    pub fn denial(&self, decision: &Decision) -> String {
+        if self.explain && !decision.explanation.is_empty() {
+            format!("{DENIED} {}", decision.explanation)
+        } else {
+            DENIED.to_owned()
+        }
+    }
+
+    /// Whether the caller may read document `name` (its state `doc`) of database `db`:
+    /// `Err` with the client's message if not.
+    pub fn check_get(
+        &self,
+        db: &str,
+        name: &DocumentName,
+        doc: Option<&Document>,
+        reader: &dyn Reader,
+    ) -> Result<(), String> {
+        let request = Request {
+            database: db,
+            method: Method::Get,
+            path: name,
+            auth: self.auth.as_deref(),
+            time: now(),
+            resource: doc,
+            new_resource: None,
+        };
+        let decision = self
+            .rules
+            .evaluate(&request, reader, DOCUMENT_READS_SINGLE);
+        self.metrics.rules_decision("get", decision.allowed);
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(self.denial(&decision))
+        }
+    }
+
+    /// Whether the caller may run `query` (a list: a query, an aggregation or a listen) on
+    /// database `db`: the rules must allow every document it could return.
+    pub fn check_list(
+        &self,
+        db: &str,
+        query: &Query,
+        reader: &dyn Reader,
+    ) -> Result<(), String> {
+        let decision = self
+            .rules
+            .check_list(db, query, self.auth.as_deref(), now(), reader);
+        self.metrics.rules_decision("list", decision.allowed);
+        if decision.allowed {
+            Ok(())
+        } else {
+            Err(self.denial(&decision))
+        }
+    }
+
+    /// Whether the caller may make one batch's writes to database `db`, committing at
+    /// `time`: `changes` are each document's state before the batch and after it (create,
+    /// update or delete follows from them), `before` reads any document as it was before
+    /// the batch (`get()` in the rules); `getAfter()` sees the batch applied. The batch is
+    /// allowed only if every write is: `Err` with the client's message for the first that
+    /// is not.
+    pub fn check_writes(
+        &self,
+        db: &str,
+        changes: &[(DocumentName, Option<Document>, Option<Document>)],
+        before: &dyn Fn(&DocumentName) -> Result<Option<Document>, String>,
+        time: Timestamp,
+    ) -> Result<(), String> {
+        let reader = BatchReader { before, changes };
+        let reads = if changes.len() > 1 {
+            DOCUMENT_READS_BATCH
+        } else {
+            DOCUMENT_READS_SINGLE
+        };
+        for (name, old, new) in changes {
+            let (method, kind) = match (old, new) {
+                (_, None) => (Method::Delete, "delete"),
+                (None, Some(_)) => (Method::Create, "create"),
+                (Some(_), Some(_)) => (Method::Update, "update"),
+            };
+            let request = Request {
+                database: db,
+                method,
+                path: name,
+                auth: self.auth.as_deref(),
+                time,
+                resource: old.as_ref(),
+                new_resource: new.as_ref(),
+            };
+            let decision = self.rules.evaluate(&request, &reader, reads);
+            self.metrics.rules_decision(kind, decision.allowed);
+            if !decision.allowed {
+                return Err(self.denial(&decision));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rules' reads during a batch: `get()` sees the store before the batch, `getAfter()`
+/// the batch's own writes over it.
+struct BatchReader<'a> {
+    /// Reads a document as it was before the batch.
+    before: &'a dyn Fn(&DocumentName) -> Result<Option<Document>, String>,
+    /// The batch's documents, before and after.
+    changes: &'a [(DocumentName, Option<Document>, Option<Document>)],
+}
+
+impl Reader for BatchReader<'_> {
+    fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        (self.before)(name)
+    }
+
+    fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        match self.changes.iter().find(|(n, _, _)| n == name) {
+            Some((_, _, after)) => Ok(after.clone()),
+            None => (self.before)(name),
+        }
+    }
+}
