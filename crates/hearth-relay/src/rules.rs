@@ -265,9 +265,7 @@ impl Access {
             resource: doc,
             new_resource: None,
         };
-        let decision = self
-            .rules
-            .evaluate(&request, reader, DOCUMENT_READS_SINGLE);
+        let decision = self.rules.evaluate(&request, reader, DOCUMENT_READS_SINGLE);
         self.metrics.rules_decision("get", decision.allowed);
         if decision.allowed {
             Ok(())
@@ -278,12 +276,7 @@ impl Access {
 
     /// Whether the caller may run `query` (a list: a query, an aggregation or a listen) on
     /// database `db`: the rules must allow every document it could return.
-    pub fn check_list(
-        &self,
-        db: &str,
-        query: &Query,
-        reader: &dyn Reader,
-    ) -> Result<(), String> {
+    pub fn check_list(&self, db: &str, query: &Query, reader: &dyn Reader) -> Result<(), String> {
         let decision = self
             .rules
             .check_list(db, query, self.auth.as_deref(), now(), reader);

@@ -157,8 +157,7 @@ async fn reload_rules(relay: Arc<Relay>) {
         return;
     }
     #[cfg(unix)]
-    let mut hangup =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         #[cfg(unix)]

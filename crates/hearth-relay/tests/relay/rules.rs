@@ -85,7 +85,8 @@ fn denied<T: std::fmt::Debug>(result: Result<T, hearth_client::ClientError>, wha
         Err(e) => {
             assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{what}: {e}");
             assert!(
-                e.to_string().contains("Missing or insufficient permissions"),
+                e.to_string()
+                    .contains("Missing or insufficient permissions"),
                 "{what}: {e}"
             );
         }
@@ -140,7 +141,9 @@ async fn rules_decide_every_read_listen_and_write() {
     // Lists: only queries whose constraints prove every result readable.
     let mine = Query::collection(coll("notes")).where_("owner", Op::Equal, s("alice"));
     let all = Query::collection(coll("notes"));
-    let docs = within(alice.query(&mine)).await.expect("alice lists her notes");
+    let docs = within(alice.query(&mine))
+        .await
+        .expect("alice lists her notes");
     assert_eq!(docs.0.len(), 1);
     denied(
         within(alice.query(&all)).await,
@@ -218,7 +221,9 @@ async fn rules_decide_every_read_listen_and_write() {
         .expect("alice deletes her note");
     // A new identity on a connection: its targets are checked again, and those it may not
     // read end with permission-denied.
-    within(alice.write(vec![note("a4", "alice")])).await.unwrap();
+    within(alice.write(vec![note("a4", "alice")]))
+        .await
+        .unwrap();
     let switching = connect(&relay, &token(SECRET, "alice")).await;
     let mut l = within(switching.listen(&mine, None)).await.unwrap();
     assert_eq!(within(l.next()).await.unwrap().documents.len(), 1);
@@ -316,7 +321,14 @@ fn an_open_relay_serves_loopback_only() {
     // A rules file that does not parse stops the start, naming line and column.
     let rules = write_rules(dir.path(), "rules_version = '2';\nservice cloud.firestore {\n  match /databases/{database}/documents {\n    allow read: if ;\n  }\n}\n");
     let out = Command::new(relay_bin())
-        .args(["serve", "--addr", "127.0.0.1:0", "--rules", &rules, "--data"])
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--rules",
+            &rules,
+            "--data",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
