@@ -132,7 +132,7 @@ impl Rules {
     pub fn reload_if_changed(&self) {
         let Some(path) = &self.file else { return };
         let now = file_stamp(path);
-        let changed = self.stamp.lock().map_or(false, |s| *s != now);
+        let changed = self.stamp.lock().is_ok_and(|s| *s != now);
         if changed {
             self.reload_logged("the rules file changed");
         }

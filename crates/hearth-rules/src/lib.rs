@@ -1,25 +1,52 @@
-//! PLACEHOLDER of the rules engine's API (work in progress on branch rules-wip): it parses
-//! nothing and denies everything. The real parser and evaluator replace it.
+//! Security rules in Firebase's rules language for Cloud Firestore (`rules_version = '2'`):
+//! the parser ([`parser`]), the evaluator ([`eval`], [`methods`]) and the decisions the relay
+//! asks for: [`Ruleset::evaluate`] for a single document's get or write, and
+//! [`Ruleset::check_list`] for a query, which must be allowed for every document it could
+//! return (rules are not filters), proved with the document's fields the query does not fix
+//! left unknown.
+
 pub mod ast;
+pub mod eval;
 pub mod lexer;
+pub mod methods;
 pub mod parser;
+
+use std::collections::BTreeMap;
 
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
-use hearth_core::query::model::Query;
-use hearth_core::value::{Map, Timestamp};
+use hearth_core::query::model::{Filter, Operator, Query, Source};
+use hearth_core::value::{Map, Timestamp, Value};
+
+use ast::{Allow, Function, Match, MethodSet, Segment};
+use eval::{from_value, full_path, resource, Env, Val};
+
+/// Most combinations of `in` values a list proof tries.
+const MAX_COMBINATIONS: usize = 100;
+
+/// A parsed rules file, ready to decide.
+#[derive(Debug)]
 pub struct Ruleset {
-    pub allow: bool,
-    pub file: parser::File,
+    /// The file's syntax tree.
+    file: parser::File,
+    /// The file's name, for explanations.
+    name: String,
 }
+
+/// A rules file that does not parse: where and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}:{line}:{column}: {message}")]
 pub struct RulesError {
+    /// The file.
     pub file: String,
+    /// 1-based line.
     pub line: u32,
+    /// 1-based column.
     pub column: u32,
+    /// What is wrong.
     pub message: String,
 }
+
 impl RulesError {
     /// An error in `file` at `line`, `column`.
     pub fn at(file: &str, line: u32, column: u32, message: impl Into<String>) -> RulesError {
@@ -31,65 +58,436 @@ impl RulesError {
         }
     }
 }
-impl Ruleset {
-    pub fn parse(file: &str, source: &str) -> Result<Ruleset, RulesError> {
-        let parsed = parser::parse_file(file, source)?;
-        Ok(Ruleset {
-            allow: false,
-            file: parsed,
-        })
-    }
-    pub fn evaluate(&self, _req: &Request, _reader: &dyn Reader, _limit: usize) -> Decision {
-        Decision {
-            allowed: self.allow,
-            explanation: "the rules engine is not built yet: everything is denied".into(),
-            rule_line: None,
-        }
-    }
-    pub fn check_list(
-        &self,
-        _db: &str,
-        _q: &Query,
-        _auth: Option<&Auth>,
-        _t: Timestamp,
-        _r: &dyn Reader,
-    ) -> Decision {
-        Decision {
-            allowed: self.allow,
-            explanation: "the rules engine is not built yet: everything is denied".into(),
-            rule_line: None,
-        }
-    }
-    pub fn uses_document_reads(&self) -> bool {
-        false
-    }
-}
+
+/// An operation the rules decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
+    /// Reading one document.
     Get,
+    /// A query.
     List,
+    /// Writing a document that does not exist.
     Create,
+    /// Writing a document that exists.
     Update,
+    /// Deleting a document.
     Delete,
 }
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::Get => "get",
+            Method::List => "list",
+            Method::Create => "create",
+            Method::Update => "update",
+            Method::Delete => "delete",
+        }
+    }
+
+    fn in_set(self, m: MethodSet) -> bool {
+        matches!(
+            (self, m),
+            (Method::Get, MethodSet::Get | MethodSet::Read)
+                | (Method::List, MethodSet::List | MethodSet::Read)
+                | (Method::Create, MethodSet::Create | MethodSet::Write)
+                | (Method::Update, MethodSet::Update | MethodSet::Write)
+                | (Method::Delete, MethodSet::Delete | MethodSet::Write)
+        )
+    }
+}
+
+/// `request.auth` of a signed-in caller.
+#[derive(Clone, Debug)]
 pub struct Auth {
+    /// `request.auth.uid`.
     pub uid: String,
+    /// `request.auth.token`: every claim.
     pub token: Map,
 }
+
+/// One single-document operation to decide.
 pub struct Request<'a> {
+    /// The database.
     pub database: &'a str,
+    /// The operation.
     pub method: Method,
+    /// The document.
     pub path: &'a DocumentName,
+    /// The caller (`None`: `request.auth == null`).
     pub auth: Option<&'a Auth>,
+    /// `request.time`.
     pub time: Timestamp,
+    /// The stored document before the operation (`resource`).
     pub resource: Option<&'a Document>,
+    /// The document after the write (`request.resource`).
     pub new_resource: Option<&'a Document>,
 }
+
+/// Documents the rules read (`get()`, `exists()`, `getAfter()`, `existsAfter()`), at the
+/// operation's version.
 pub trait Reader {
+    /// The document as stored.
     fn get(&self, name: &DocumentName) -> Result<Option<Document>, String>;
+    /// The document as if the operation's writes were committed.
     fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String>;
 }
+
+/// A decision, and what made it.
+#[derive(Clone, Debug)]
 pub struct Decision {
+    /// Whether the operation is allowed.
     pub allowed: bool,
+    /// Which rule allowed it, or why nothing did.
     pub explanation: String,
+    /// The line of the rule that allowed it.
     pub rule_line: Option<u32>,
+}
+
+/// A segment of the path being matched.
+#[derive(Clone, Debug, PartialEq)]
+enum Seg {
+    /// A known segment.
+    Known(String),
+    /// A document id the proof does not know.
+    Unknown,
+    /// Any number of parent segments (a collection group's).
+    AnyPrefix,
+}
+
+/// Ways `pattern` matches a prefix of `segs`: (segments consumed, bindings).
+fn prefixes(pattern: &[Segment], segs: &[Seg]) -> Vec<(usize, Vec<(String, Val)>)> {
+    let Some((first, rest)) = pattern.split_first() else {
+        return vec![(0, Vec::new())];
+    };
+    let mut out = Vec::new();
+    match first {
+        Segment::Literal(l) => {
+            if let Some(Seg::Known(k)) = segs.first() {
+                if k == l {
+                    for (n, b) in prefixes(rest, &segs[1..]) {
+                        out.push((n + 1, b));
+                    }
+                }
+            }
+        }
+        Segment::Var(v) => {
+            let value = match segs.first() {
+                Some(Seg::Known(k)) => Some(Val::Str(k.clone())),
+                Some(Seg::Unknown) => Some(Val::Unknown),
+                _ => None,
+            };
+            if let Some(value) = value {
+                for (n, mut b) in prefixes(rest, &segs[1..]) {
+                    b.insert(0, (v.clone(), value.clone()));
+                    out.push((n + 1, b));
+                }
+            }
+        }
+        Segment::Rest(v) => {
+            // Zero or more segments (rules version 2).
+            for take in 0..=segs.len() {
+                let taken = &segs[..take];
+                let value = if taken.iter().all(|s| matches!(s, Seg::Known(_))) {
+                    Val::Path(
+                        taken
+                            .iter()
+                            .filter_map(|s| match s {
+                                Seg::Known(k) => Some(k.clone()),
+                                _ => None,
+                            })
+                            .collect(),
+                    )
+                } else {
+                    Val::Unknown
+                };
+                for (n, mut b) in prefixes(rest, &segs[take..]) {
+                    b.insert(0, (v.clone(), value.clone()));
+                    out.push((n + take, b));
+                }
+            }
+        }
+    }
+    // A collection group's unknown parents can only be taken whole by a `**`.
+    out
+}
+
+/// The allow statements that apply to `segs`, with their bindings and visible functions.
+type Applying<'a> = Vec<(&'a Allow, Vec<(String, Val)>, Vec<&'a Function>)>;
+
+fn applying<'a>(
+    blocks: &'a [Match],
+    segs: &[Seg],
+    bindings: &[(String, Val)],
+    functions: &[&'a Function],
+    out: &mut Applying<'a>,
+) {
+    for block in blocks {
+        for (n, b) in prefixes(&block.path, segs) {
+            if segs[..n].contains(&Seg::AnyPrefix)
+                && !block.path.iter().any(|s| matches!(s, Segment::Rest(_)))
+            {
+                continue;
+            }
+            let mut bound = bindings.to_vec();
+            bound.extend(b);
+            let mut fns = functions.to_vec();
+            fns.extend(block.functions.iter());
+            if n == segs.len() {
+                for allow in &block.allows {
+                    out.push((allow, bound.clone(), fns.clone()));
+                }
+            } else {
+                applying(&block.matches, &segs[n..], &bound, &fns, out);
+            }
+        }
+    }
+}
+
+fn auth_val(auth: Option<&Auth>) -> Val {
+    match auth {
+        None => Val::Null,
+        Some(a) => {
+            let mut m = BTreeMap::new();
+            m.insert("uid".to_owned(), Val::Str(a.uid.clone()));
+            m.insert(
+                "token".to_owned(),
+                Val::Map(
+                    a.token
+                        .iter()
+                        .map(|(k, v)| (k.clone(), from_value(v)))
+                        .collect(),
+                ),
+            );
+            Val::Map(m)
+        }
+    }
+}
+
+impl Ruleset {
+    /// Parses and checks `source` (named `file` in messages).
+    pub fn parse(file: &str, source: &str) -> Result<Ruleset, RulesError> {
+        Ok(Ruleset {
+            file: parser::parse_file(file, source)?,
+            name: file.to_owned(),
+        })
+    }
+
+    /// Decides `req` by its statements: allowed if any applicable `allow` is true.
+    fn decide(
+        &self,
+        method: Method,
+        segs: &[Seg],
+        vars: &[(String, Val)],
+        (database, reader, reads): (&str, &dyn Reader, usize),
+        path_text: &str,
+    ) -> Decision {
+        let mut found = Vec::new();
+        let top: Vec<&Function> = self.file.functions.iter().collect();
+        applying(&self.file.matches, segs, &[], &top, &mut found);
+        let mut errors = Vec::new();
+        let mut unknown = None;
+        let mut any = false;
+        for (allow, bindings, functions) in found {
+            if !allow.methods.iter().any(|m| method.in_set(*m)) {
+                continue;
+            }
+            any = true;
+            let Some(condition) = &allow.condition else {
+                return self.allowed(allow);
+            };
+            let mut all = vars.to_vec();
+            all.extend(bindings);
+            let mut env = Env::new(all, functions, reader, database, reads);
+            match env.eval(condition) {
+                Ok(Val::Bool(true)) => return self.allowed(allow),
+                Ok(Val::Unknown) => unknown = Some(allow.pos.line),
+                Ok(_) => {}
+                Err(e) => errors.push(format!("{}:{}: {e}", self.name, allow.pos.line)),
+            }
+        }
+        let explanation = if !any {
+            format!("no rule allows {} on {path_text}", method.name())
+        } else if let Some(line) = unknown {
+            format!(
+                "the rule at {}:{line} depends on fields of the documents that the query does not fix: add filters that make it hold for every result",
+                self.name
+            )
+        } else if let Some(e) = errors.first() {
+            format!(
+                "no rule allows {} on {path_text} (error: {e})",
+                method.name()
+            )
+        } else {
+            format!("no rule allows {} on {path_text}", method.name())
+        };
+        Decision {
+            allowed: false,
+            explanation,
+            rule_line: None,
+        }
+    }
+
+    fn allowed(&self, allow: &Allow) -> Decision {
+        Decision {
+            allowed: true,
+            explanation: format!("allowed by {}:{}", self.name, allow.pos.line),
+            rule_line: Some(allow.pos.line),
+        }
+    }
+
+    /// Decides a single-document operation; the rules may read `doc_reads_limit` documents.
+    pub fn evaluate(&self, req: &Request, reader: &dyn Reader, doc_reads_limit: usize) -> Decision {
+        let full = full_path(req.database, req.path);
+        let segs: Vec<Seg> = full.iter().cloned().map(Seg::Known).collect();
+        let mut request = BTreeMap::new();
+        request.insert("auth".to_owned(), auth_val(req.auth));
+        request.insert("time".to_owned(), Val::Timestamp(req.time));
+        request.insert("path".to_owned(), Val::Path(full.clone()));
+        request.insert("method".to_owned(), Val::Str(req.method.name().to_owned()));
+        if let Some(new) = req.new_resource {
+            request.insert("resource".to_owned(), resource(req.database, new));
+        }
+        let vars = vec![
+            ("request".to_owned(), Val::Map(request)),
+            (
+                "resource".to_owned(),
+                req.resource
+                    .map_or(Val::Null, |d| resource(req.database, d)),
+            ),
+        ];
+        self.decide(
+            req.method,
+            &segs,
+            &vars,
+            (req.database, reader, doc_reads_limit),
+            &format!("/{}", full.join("/")),
+        )
+    }
+
+    /// Rules are not filters: allowed only if the `list` rules allow every document `query`
+    /// could return, with the document's fields the query's equality and `in` filters do
+    /// not fix left unknown.
+    pub fn check_list(
+        &self,
+        database: &str,
+        query: &Query,
+        auth: Option<&Auth>,
+        time: Timestamp,
+        reader: &dyn Reader,
+    ) -> Decision {
+        let mut segs: Vec<Seg> = ["databases", database, "documents"]
+            .iter()
+            .map(|s| Seg::Known((*s).to_owned()))
+            .collect();
+        match &query.source {
+            Source::Collection(c) => segs.extend(c.segments().iter().cloned().map(Seg::Known)),
+            Source::CollectionGroup(g) => {
+                segs.push(Seg::AnyPrefix);
+                segs.push(Seg::Known(g.clone()));
+            }
+        }
+        segs.push(Seg::Unknown);
+        let path_text = format!("the documents of {:?}", query.source);
+        // The fields the filters fix, each with its possible values.
+        let mut fixed: Vec<(Vec<String>, Vec<Value>)> = Vec::new();
+        let mut top: Vec<&Filter> = Vec::new();
+        if let Some(f) = &query.filter {
+            top.push(f);
+        }
+        while let Some(f) = top.pop() {
+            match f {
+                Filter::And(all) => top.extend(all.iter()),
+                Filter::Field(ff) if ff.op == Operator::Equal => {
+                    fixed.push((ff.field.segments().to_vec(), vec![ff.value.clone()]))
+                }
+                Filter::Field(ff) if ff.op == Operator::In => {
+                    if let Value::Array(values) = &ff.value {
+                        fixed.push((ff.field.segments().to_vec(), values.clone()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let combinations = fixed
+            .iter()
+            .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len().max(1)))
+            .unwrap_or(usize::MAX);
+        if combinations > MAX_COMBINATIONS {
+            return Decision {
+                allowed: false,
+                explanation: format!(
+                    "the query's `in` filters give {combinations} combinations, more than the {MAX_COMBINATIONS} the rules check"
+                ),
+                rule_line: None,
+            };
+        }
+        let mut query_map = BTreeMap::new();
+        query_map.insert("limit".to_owned(), query.limit.map_or(Val::Null, Val::Int));
+        query_map.insert("offset".to_owned(), Val::Int(query.offset as i64));
+        query_map.insert("orderBy".to_owned(), Val::Unknown);
+        let mut last = None;
+        for k in 0..combinations.max(1) {
+            // The `k`th combination of the fixed fields' values, as a partial document.
+            let mut data: BTreeMap<String, Val> = BTreeMap::new();
+            data.insert(eval::PARTIAL.to_owned(), Val::Bool(true));
+            let mut rest = k;
+            for (field, values) in &fixed {
+                let Some(v) = values.get(rest % values.len().max(1)) else {
+                    continue;
+                };
+                rest /= values.len().max(1);
+                set_path(&mut data, field, from_value(v));
+            }
+            let mut res = BTreeMap::new();
+            res.insert("data".to_owned(), Val::Map(data));
+            res.insert("id".to_owned(), Val::Unknown);
+            res.insert("__name__".to_owned(), Val::Unknown);
+            let mut request = BTreeMap::new();
+            request.insert("auth".to_owned(), auth_val(auth));
+            request.insert("time".to_owned(), Val::Timestamp(time));
+            request.insert("path".to_owned(), Val::Unknown);
+            request.insert("method".to_owned(), Val::Str("list".to_owned()));
+            request.insert("query".to_owned(), Val::Map(query_map.clone()));
+            let vars = vec![
+                ("request".to_owned(), Val::Map(request)),
+                ("resource".to_owned(), Val::Map(res)),
+            ];
+            let d = self.decide(
+                Method::List,
+                &segs,
+                &vars,
+                (database, reader, 10),
+                &path_text,
+            );
+            if !d.allowed {
+                return d;
+            }
+            last = Some(d);
+        }
+        last.unwrap_or(Decision {
+            allowed: false,
+            explanation: "nothing to decide".into(),
+            rule_line: None,
+        })
+    }
+}
+
+/// Sets `data[path...] = v`, creating partial maps on the way.
+fn set_path(data: &mut BTreeMap<String, Val>, path: &[String], v: Val) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        data.insert(first.clone(), v);
+        return;
+    }
+    let entry = data.entry(first.clone()).or_insert_with(|| {
+        let mut m = BTreeMap::new();
+        m.insert(eval::PARTIAL.to_owned(), Val::Bool(true));
+        Val::Map(m)
+    });
+    if let Val::Map(m) = entry {
+        set_path(m, rest, v);
+    }
 }

@@ -344,7 +344,7 @@ async fn hello(
         let msg = format!("invalid database name `{database}` or client id: a database name is 1 to 64 of [A-Za-z0-9_-], a client id 1 to 256 bytes");
         return Err(reject(ErrorCode::InvalidArgument, msg));
     }
-    let auth = match verify_token(&relay, &token) {
+    let auth = match verify_token(relay, &token) {
         Ok(a) => a,
         Err(e) => return Err(reject(ErrorCode::Unauthenticated, e.to_string())),
     };

@@ -1,0 +1,653 @@
+//! The evaluator: an expression's value under one request, with Firebase's error handling
+//! (an error makes its `allow` false; `&&` and `||` absorb an error when their other side
+//! decides), a step budget and a call depth limit. `Val::Unknown` stands for a value the
+//! list proof does not know (a document's field no query constraint fixes): whatever
+//! depends on it is unknown, and an unknown condition does not allow.
+
+use std::collections::BTreeMap;
+
+use hearth_core::document::Document;
+use hearth_core::path::DocumentName;
+use hearth_core::value::{Timestamp, Value};
+
+use crate::ast::{Expr, Function, PathPart};
+use crate::Reader;
+
+/// The key marking a map the list proof knows only in part (a document's data): a key it
+/// lacks is unknown, not missing.
+pub const PARTIAL: &str = "\u{0}partial";
+
+/// Most evaluation steps for one request.
+const MAX_STEPS: u64 = 100_000;
+/// Deepest chain of function calls (Firebase's limit).
+const MAX_CALL_DEPTH: usize = 20;
+/// Longest string or list an expression may build.
+const MAX_SIZE: usize = 100_000;
+
+/// A rules value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    /// `null`.
+    Null,
+    /// A bool.
+    Bool(bool),
+    /// An int.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Val>),
+    /// A map.
+    Map(BTreeMap<String, Val>),
+    /// A set (distinct elements, in insertion order).
+    Set(Vec<Val>),
+    /// A path, by segments.
+    Path(Vec<String>),
+    /// A timestamp.
+    Timestamp(Timestamp),
+    /// A lat/lng.
+    LatLng(f64, f64),
+    /// Not known to the list proof.
+    Unknown,
+}
+
+/// Why an expression has no value; it makes its `allow` false.
+pub type Error = String;
+
+type R = Result<Val, Error>;
+
+/// A stored value as a rules value.
+pub fn from_value(v: &Value) -> Val {
+    match v {
+        Value::Null => Val::Null,
+        Value::Boolean(b) => Val::Bool(*b),
+        Value::Integer(i) => Val::Int(*i),
+        Value::Double(d) => Val::Float(*d),
+        Value::Timestamp(t) => Val::Timestamp(*t),
+        Value::String(s) => Val::Str(s.clone()),
+        Value::Bytes(b) => Val::Bytes(b.clone()),
+        Value::Reference(n) => Val::Path(n.segments().to_vec()),
+        Value::GeoPoint(g) => Val::LatLng(g.latitude(), g.longitude()),
+        Value::Array(a) => Val::List(a.iter().map(from_value).collect()),
+        Value::Map(m) => Val::Map(m.iter().map(|(k, v)| (k.clone(), from_value(v))).collect()),
+    }
+}
+
+/// `resource` for document `doc` of database `db`.
+pub fn resource(db: &str, doc: &Document) -> Val {
+    let data = Val::Map(
+        doc.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), from_value(v)))
+            .collect(),
+    );
+    let mut m = BTreeMap::new();
+    m.insert("data".to_owned(), data);
+    m.insert("id".to_owned(), Val::Str(doc.name.id().to_owned()));
+    m.insert("__name__".to_owned(), Val::Path(full_path(db, &doc.name)));
+    Val::Map(m)
+}
+
+/// `/databases/{db}/documents/...` of a document, by segments.
+pub fn full_path(db: &str, name: &DocumentName) -> Vec<String> {
+    let mut p = vec![
+        "databases".to_owned(),
+        db.to_owned(),
+        "documents".to_owned(),
+    ];
+    p.extend(name.segments().iter().cloned());
+    p
+}
+
+/// One evaluation: the variables in scope, the functions visible, the reader and budgets.
+pub struct Env<'a> {
+    /// Variables: `request`, `resource`, path variables, function parameters, lets.
+    pub vars: Vec<(String, Val)>,
+    /// Functions visible, innermost last.
+    pub functions: Vec<&'a Function>,
+    /// Reads documents for `get()` and friends.
+    pub reader: &'a dyn Reader,
+    /// The database, for paths.
+    pub database: &'a str,
+    /// Documents the rules may still read.
+    pub reads_left: usize,
+    /// Steps left.
+    pub steps: u64,
+    /// Current call depth.
+    pub depth: usize,
+}
+
+impl<'a> Env<'a> {
+    /// A fresh evaluation with `vars` and `functions`.
+    pub fn new(
+        vars: Vec<(String, Val)>,
+        functions: Vec<&'a Function>,
+        reader: &'a dyn Reader,
+        database: &'a str,
+        reads: usize,
+    ) -> Env<'a> {
+        Env {
+            vars,
+            functions,
+            reader,
+            database,
+            reads_left: reads,
+            steps: MAX_STEPS,
+            depth: 0,
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<&Val> {
+        self.vars
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    }
+
+    /// The value of `e`.
+    pub fn eval(&mut self, e: &Expr) -> R {
+        self.steps = self
+            .steps
+            .checked_sub(1)
+            .ok_or("the rules took too many steps")?;
+        match e {
+            Expr::Null(_) => Ok(Val::Null),
+            Expr::Bool(b, _) => Ok(Val::Bool(*b)),
+            Expr::Int(i, _) => Ok(Val::Int(*i)),
+            Expr::Float(f, _) => Ok(Val::Float(*f)),
+            Expr::Str(s, _) => Ok(Val::Str(s.clone())),
+            Expr::Ident(n, _) => match self.var(n) {
+                Some(v) => Ok(v.clone()),
+                None => Err(format!("`{n}` is not defined")),
+            },
+            Expr::List(items, _) => Ok(Val::List(
+                items
+                    .iter()
+                    .map(|i| self.eval(i))
+                    .collect::<Result<_, _>>()?,
+            )),
+            Expr::Map(entries, _) => {
+                let mut m = BTreeMap::new();
+                for (k, v) in entries {
+                    let Val::Str(k) = self.eval(k)? else {
+                        return Err("a map key must be a string".into());
+                    };
+                    let v = self.eval(v)?;
+                    m.insert(k, v);
+                }
+                Ok(Val::Map(m))
+            }
+            Expr::Path(parts, _) => {
+                let mut segs = Vec::new();
+                for p in parts {
+                    match p {
+                        PathPart::Literal(s) => segs.push(s.clone()),
+                        PathPart::Interpolated(e) => match self.eval(e)? {
+                            Val::Str(s) => segs.push(s),
+                            Val::Path(p) => segs.extend(p),
+                            Val::Int(i) => segs.push(i.to_string()),
+                            Val::Unknown => return Ok(Val::Unknown),
+                            _ => return Err("a path segment must be a string".into()),
+                        },
+                    }
+                }
+                Ok(Val::Path(segs))
+            }
+            Expr::Member(target, name, _) => {
+                let t = self.eval(target)?;
+                member(t, name)
+            }
+            Expr::Index(target, i, _) => {
+                let t = self.eval(target)?;
+                let i = self.eval(i)?;
+                index(t, i)
+            }
+            Expr::Slice(target, i, j, _) => {
+                let (t, i, j) = (self.eval(target)?, self.eval(i)?, self.eval(j)?);
+                slice(t, i, j)
+            }
+            Expr::Call(f, args, _) => self.call(f, args),
+            Expr::Unary(op, a, _) => match (*op, self.eval(a)?) {
+                (_, Val::Unknown) => Ok(Val::Unknown),
+                ("!", Val::Bool(b)) => Ok(Val::Bool(!b)),
+                ("-", Val::Int(i)) => i.checked_neg().map(Val::Int).ok_or("int overflow".into()),
+                ("-", Val::Float(f)) => Ok(Val::Float(-f)),
+                (op, v) => Err(format!("`{op}` does not apply to {}", type_name(&v))),
+            },
+            Expr::Binary("&&", a, b, _) => {
+                let a = self.eval(a);
+                if matches!(a, Ok(Val::Bool(false))) {
+                    return Ok(Val::Bool(false));
+                }
+                let b = self.eval(b);
+                logic(a, b, false)
+            }
+            Expr::Binary("||", a, b, _) => {
+                let a = self.eval(a);
+                if matches!(a, Ok(Val::Bool(true))) {
+                    return Ok(Val::Bool(true));
+                }
+                let b = self.eval(b);
+                logic(a, b, true)
+            }
+            Expr::Binary(op, a, b, _) => {
+                let (a, b) = (self.eval(a)?, self.eval(b)?);
+                binary(op, a, b)
+            }
+            Expr::Is(a, ty, _) => {
+                let v = self.eval(a)?;
+                if v == Val::Unknown {
+                    return Ok(Val::Unknown);
+                }
+                Ok(Val::Bool(is_type(&v, ty)))
+            }
+            Expr::Cond(c, a, b, _) => match self.eval(c)? {
+                Val::Bool(true) => self.eval(a),
+                Val::Bool(false) => self.eval(b),
+                Val::Unknown => Ok(Val::Unknown),
+                v => Err(format!("a condition must be a bool, not {}", type_name(&v))),
+            },
+        }
+    }
+
+    fn call(&mut self, f: &Expr, args: &[Expr]) -> R {
+        if let Expr::Member(target, method, _) = f {
+            // A namespace function (`math.abs`), else a method of a value.
+            if let Expr::Ident(ns, _) = &**target {
+                if self.var(ns).is_none() {
+                    let args = self.args(args)?;
+                    return crate::methods::namespace(ns, method, args);
+                }
+            }
+            let t = self.eval(target)?;
+            let args = self.args(args)?;
+            return crate::methods::method(t, method, args);
+        }
+        let Expr::Ident(name, _) = f else {
+            return Err("only functions and methods can be called".into());
+        };
+        match name.as_str() {
+            "get" | "exists" | "getAfter" | "existsAfter" => {
+                let args = self.args(args)?;
+                return self.read(name, args);
+            }
+            _ => {}
+        }
+        let Some(function) = self
+            .functions
+            .iter()
+            .rev()
+            .find(|g| &g.name == name)
+            .copied()
+        else {
+            let args = self.args(args)?;
+            return crate::methods::global(name, args);
+        };
+        if function.params.len() != args.len() {
+            return Err(format!(
+                "`{name}` takes {} arguments, not {}",
+                function.params.len(),
+                args.len()
+            ));
+        }
+        if self.depth >= MAX_CALL_DEPTH {
+            return Err(format!("calls nested more than {MAX_CALL_DEPTH} deep"));
+        }
+        let args = self.args(args)?;
+        let mark = self.vars.len();
+        self.vars.extend(function.params.iter().cloned().zip(args));
+        self.depth += 1;
+        let mut result = Ok(Val::Null);
+        for (n, e) in &function.lets {
+            match self.eval(e) {
+                Ok(v) => self.vars.push((n.clone(), v)),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            result = self.eval(&function.body);
+        }
+        self.depth -= 1;
+        self.vars.truncate(mark);
+        result
+    }
+
+    fn args(&mut self, args: &[Expr]) -> Result<Vec<Val>, Error> {
+        args.iter().map(|a| self.eval(a)).collect()
+    }
+
+    /// `get`, `exists`, `getAfter`, `existsAfter` of a path in this database.
+    fn read(&mut self, which: &str, args: Vec<Val>) -> R {
+        let [Val::Path(p)] = args.as_slice() else {
+            if args.contains(&Val::Unknown) {
+                return Ok(Val::Unknown);
+            }
+            return Err(format!("{which}() takes one path"));
+        };
+        let rest = match p.as_slice() {
+            [d, db, docs, rest @ ..] if d == "databases" && docs == "documents" => {
+                if db != self.database {
+                    return Err(format!("{which}() of another database"));
+                }
+                rest
+            }
+            _ => return Err(format!("{which}() needs /databases/.../documents/...")),
+        };
+        let name =
+            DocumentName::from_segments(rest.to_vec()).map_err(|e| format!("{which}(): {e}"))?;
+        self.reads_left = self
+            .reads_left
+            .checked_sub(1)
+            .ok_or_else(|| format!("the rules read more documents than allowed ({which})"))?;
+        let doc = if which.ends_with("After") {
+            self.reader.get_after(&name)?
+        } else {
+            self.reader.get(&name)?
+        };
+        match (which, doc) {
+            ("exists" | "existsAfter", d) => Ok(Val::Bool(d.is_some())),
+            (_, Some(d)) => Ok(resource(self.database, &d)),
+            (_, None) => Err(format!("{which}(): no document at {}", name)),
+        }
+    }
+}
+
+/// `&&` (`or` false) or `||` (`or` true) of two outcomes, `a` not deciding alone.
+fn logic(a: R, b: R, or: bool) -> R {
+    match (a, b) {
+        (_, Ok(Val::Bool(v))) if v == or => Ok(Val::Bool(or)),
+        (Ok(Val::Bool(_)), Ok(Val::Bool(v))) => Ok(Val::Bool(v)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        (Ok(Val::Unknown), Ok(Val::Bool(_) | Val::Unknown))
+        | (Ok(Val::Bool(_)), Ok(Val::Unknown)) => Ok(Val::Unknown),
+        _ => Err("`&&` and `||` need bools".into()),
+    }
+}
+
+fn member(t: Val, name: &str) -> R {
+    match t {
+        Val::Map(m) if m.contains_key(PARTIAL) && !m.contains_key(name) => Ok(Val::Unknown),
+        Val::Map(mut m) => m
+            .remove(name)
+            .ok_or_else(|| format!("the map has no key `{name}`")),
+        Val::Unknown => Ok(Val::Unknown),
+        Val::Null => Err(format!("`.{name}` of null")),
+        v => Err(format!("`.{name}` of {}", type_name(&v))),
+    }
+}
+
+fn index(t: Val, i: Val) -> R {
+    match (t, i) {
+        (Val::Unknown, _) | (_, Val::Unknown) => Ok(Val::Unknown),
+        (Val::Map(m), Val::Str(k)) if m.contains_key(PARTIAL) && !m.contains_key(&k) => {
+            Ok(Val::Unknown)
+        }
+        (Val::Map(mut m), Val::Str(k)) => m.remove(&k).ok_or_else(|| format!("no key `{k}`")),
+        (Val::List(l), Val::Int(i)) => usize::try_from(i)
+            .ok()
+            .and_then(|i| l.into_iter().nth(i))
+            .ok_or_else(|| "index out of range".into()),
+        (Val::Path(p), Val::Int(i)) => usize::try_from(i)
+            .ok()
+            .and_then(|i| p.into_iter().nth(i))
+            .map(Val::Str)
+            .ok_or_else(|| "index out of range".into()),
+        (Val::Str(s), Val::Int(i)) => usize::try_from(i)
+            .ok()
+            .and_then(|i| s.chars().nth(i))
+            .map(|c| Val::Str(c.to_string()))
+            .ok_or_else(|| "index out of range".into()),
+        (t, _) => Err(format!("{} cannot be indexed so", type_name(&t))),
+    }
+}
+
+fn slice(t: Val, i: Val, j: Val) -> R {
+    let (Val::Int(i), Val::Int(j)) = (i, j) else {
+        return Err("slice bounds must be ints".into());
+    };
+    let (Ok(i), Ok(j)) = (usize::try_from(i), usize::try_from(j)) else {
+        return Err("negative slice bound".into());
+    };
+    match t {
+        Val::List(l) if i <= j && j <= l.len() => Ok(Val::List(l[i..j].to_vec())),
+        Val::Str(s) if i <= j && j <= s.chars().count() => {
+            Ok(Val::Str(s.chars().skip(i).take(j - i).collect()))
+        }
+        Val::Unknown => Ok(Val::Unknown),
+        _ => Err("slice out of range".into()),
+    }
+}
+
+/// The name of a value's type, as `is` knows it.
+pub fn type_name(v: &Val) -> &'static str {
+    match v {
+        Val::Null => "null",
+        Val::Bool(_) => "bool",
+        Val::Int(_) => "int",
+        Val::Float(_) => "float",
+        Val::Str(_) => "string",
+        Val::Bytes(_) => "bytes",
+        Val::List(_) => "list",
+        Val::Map(_) => "map",
+        Val::Set(_) => "set",
+        Val::Path(_) => "path",
+        Val::Timestamp(_) => "timestamp",
+        Val::LatLng(..) => "latlng",
+        Val::Unknown => "unknown",
+    }
+}
+
+fn is_type(v: &Val, ty: &str) -> bool {
+    let name = type_name(v);
+    name == ty || (ty == "number" && matches!(v, Val::Int(_) | Val::Float(_)))
+}
+
+/// Equality as the rules see it: ints and floats compare by value.
+pub fn equal(a: &Val, b: &Val) -> bool {
+    match (a, b) {
+        (Val::Int(x), Val::Float(y)) | (Val::Float(y), Val::Int(x)) => (*x as f64) == *y,
+        (Val::List(x), Val::List(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| equal(a, b))
+        }
+        (Val::Set(x), Val::Set(y)) => {
+            x.len() == y.len() && x.iter().all(|a| y.iter().any(|b| equal(a, b)))
+        }
+        (Val::Map(x), Val::Map(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
+    use std::cmp::Ordering;
+    let num = |v: &Val| match v {
+        Val::Int(i) => Some(*i as f64),
+        Val::Float(f) => Some(*f),
+        _ => None,
+    };
+    match (a, b) {
+        (Val::Int(x), Val::Int(y)) => Ok(x.cmp(y)),
+        (Val::Str(x), Val::Str(y)) => Ok(x.cmp(y)),
+        (Val::Timestamp(x), Val::Timestamp(y)) => Ok(x.cmp(y)),
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => x
+                .partial_cmp(&y)
+                .ok_or_else(|| "NaN does not compare".into()),
+            _ => Err(format!(
+                "{} and {} do not compare",
+                type_name(a),
+                type_name(b)
+            )),
+        },
+    }
+    .map(|o: Ordering| o)
+}
+
+fn binary(op: &str, a: Val, b: Val) -> R {
+    if a == Val::Unknown || b == Val::Unknown {
+        return Ok(Val::Unknown);
+    }
+    let size = |n: usize| {
+        if n > MAX_SIZE {
+            Err(format!("a value over {MAX_SIZE} elements"))
+        } else {
+            Ok(())
+        }
+    };
+    match (op, a, b) {
+        ("==", a, b) => Ok(Val::Bool(equal(&a, &b))),
+        ("!=", a, b) => Ok(Val::Bool(!equal(&a, &b))),
+        ("<", a, b) => Ok(Val::Bool(order(&a, &b)?.is_lt())),
+        ("<=", a, b) => Ok(Val::Bool(order(&a, &b)?.is_le())),
+        (">", a, b) => Ok(Val::Bool(order(&a, &b)?.is_gt())),
+        (">=", a, b) => Ok(Val::Bool(order(&a, &b)?.is_ge())),
+        ("in", x, Val::List(l)) | ("in", x, Val::Set(l)) => {
+            Ok(Val::Bool(l.iter().any(|y| equal(&x, y))))
+        }
+        ("in", Val::Str(k), Val::Map(m)) => Ok(Val::Bool(m.contains_key(&k))),
+        ("+", Val::Str(x), Val::Str(y)) => {
+            size(x.len() + y.len())?;
+            Ok(Val::Str(x + &y))
+        }
+        ("+", Val::List(mut x), Val::List(y)) => {
+            size(x.len() + y.len())?;
+            x.extend(y);
+            Ok(Val::List(x))
+        }
+        (op, Val::Int(x), Val::Int(y)) => {
+            let r = match op {
+                "+" => x.checked_add(y),
+                "-" => x.checked_sub(y),
+                "*" => x.checked_mul(y),
+                "/" => x.checked_div(y),
+                "%" => x.checked_rem(y),
+                _ => return Err(format!("`{op}` does not apply to ints")),
+            };
+            r.map(Val::Int)
+                .ok_or_else(|| format!("int overflow or division by zero in `{op}`"))
+        }
+        (op, a @ (Val::Int(_) | Val::Float(_)), b @ (Val::Int(_) | Val::Float(_))) => {
+            let f = |v: &Val| match v {
+                Val::Int(i) => *i as f64,
+                Val::Float(f) => *f,
+                _ => f64::NAN,
+            };
+            let (x, y) = (f(&a), f(&b));
+            Ok(Val::Float(match op {
+                "+" => x + y,
+                "-" => x - y,
+                "*" => x * y,
+                "/" => x / y,
+                "%" => x % y,
+                _ => return Err(format!("`{op}` does not apply to numbers")),
+            }))
+        }
+        (op, a, b) => Err(format!(
+            "`{op}` does not apply to {} and {}",
+            type_name(&a),
+            type_name(&b)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::parse_file;
+
+    struct NoDocs;
+    impl Reader for NoDocs {
+        fn get(&self, _: &DocumentName) -> Result<Option<Document>, String> {
+            Ok(None)
+        }
+        fn get_after(&self, _: &DocumentName) -> Result<Option<Document>, String> {
+            Ok(None)
+        }
+    }
+
+    /// The value of expression `src`, with `m` a map {a: 1, b: 'x'} in scope.
+    fn value(src: &str) -> Result<Val, Error> {
+        let file = format!("service cloud.firestore {{ match /x {{ allow read: if {src}; }} }}");
+        let f = parse_file("t", &file).map_err(|e| e.to_string())?;
+        let e = f.matches[0].allows[0]
+            .condition
+            .clone()
+            .ok_or("no condition")?;
+        let mut m = BTreeMap::new();
+        m.insert("a".to_owned(), Val::Int(1));
+        m.insert("b".to_owned(), Val::Str("x".into()));
+        let mut env = Env::new(vec![("m".into(), Val::Map(m))], vec![], &NoDocs, "db", 10);
+        env.eval(&e)
+    }
+
+    #[test]
+    fn expressions_have_firebase_values() {
+        let t = Ok(Val::Bool(true));
+        for src in [
+            "1 + 2 * 3 == 7",
+            "7 / 2 == 3 && 7 % 2 == 1 && 7.0 / 2 == 3.5",
+            "1 == 1.0 && 'a' < 'b' && 2 >= 2",
+            "'abc'.size() == 3 && 'AbC'.lower() == 'abc' && ' x '.trim() == 'x'",
+            "'user_12'.matches('user_[0-9]+') && !'user_12x'.matches('user_[0-9]+')",
+            "'a,b'.split(',') == ['a', 'b'] && 'abcd'[1:3] == 'bc' && 'abc'[0] == 'a'",
+            "[1, 2, 3].hasAll([1, 3]) && [1, 2].hasAny([2, 9]) && [1, 2].hasOnly([1, 2, 3])",
+            "!([1, 4].hasOnly([1, 2])) && 2 in [1, 2] && ['a', 'b'].join('-') == 'a-b'",
+            "[1, 2] + [3] == [1, 2, 3] && [1, 1, 2].toSet().size() == 2",
+            "m.keys().hasOnly(['a', 'b']) && m.size() == 2 && 'a' in m && !('z' in m)",
+            "m.get('z', 5) == 5 && m.get('a', 5) == 1 && m.a == 1 && m['b'] == 'x'",
+            "{'a': 2, 'b': 'x', 'c': 1}.diff(m).affectedKeys() == ['a', 'c'].toSet()",
+            "{'a': 2, 'b': 'x'}.diff(m).unchangedKeys().hasOnly(['b'])",
+            "1 is int && 1.5 is float && 1 is number && 'x' is string && m is map && null is null",
+            "true ? 1 == 1 : false",
+            "math.abs(-3) == 3 && math.floor(2.7) == 2 && int('42') == 42 && string(7) == '7'",
+            "timestamp.value(86400000).day() == 2 && timestamp.value(0).year() == 1970",
+            // An error on one side is absorbed when the other side decides.
+            "m.nothing == 1 || true",
+            "!(false && m.nothing == 1)",
+            "!(m.nothing == 1 && false)",
+        ] {
+            assert_eq!(value(src), t, "{src}");
+        }
+        for src in [
+            "m.nothing == 1",
+            "m.nothing == 1 && true",
+            "1 + 'a' == 1",
+            "9223372036854775807 + 1 > 0",
+            "1 / 0 == 0",
+            "undefinedName",
+            "[1][5] == 1",
+            "'('.matches('(')",
+        ] {
+            assert!(value(src).is_err(), "{src}: {:?}", value(src));
+        }
+    }
+
+    const LETS: &str = "let a1 = a0 + a0; let a2 = a1 + a1; let a3 = a2 + a2; let a4 = a3 + a3; let a5 = a4 + a4; let a6 = a5 + a5; let a7 = a6 + a6; let a8 = a7 + a7; let a9 = a8 + a8; let a10 = a9 + a9; let a11 = a10 + a10; let a12 = a11 + a11; let a13 = a12 + a12; let a14 = a13 + a13; let a15 = a14 + a14; let a16 = a15 + a15; let a17 = a16 + a16; let a18 = a17 + a17; let a19 = a18 + a18; let a20 = a19 + a19; ";
+
+    #[test]
+    fn budgets_end_runaway_evaluations() {
+        // Doubling a list 20 times passes the size limit before memory runs out.
+        let file = "service cloud.firestore { function f(a0) { LETS return a20.size() > 0; } match /x { allow read: if f([1, 2]); } }";
+        let f = parse_file("t", &file.replace("LETS", LETS)).unwrap();
+        let cond = f.matches[0].allows[0].condition.clone().unwrap();
+        let mut env = Env::new(vec![], f.functions.iter().collect(), &NoDocs, "db", 10);
+        let e = env.eval(&cond).unwrap_err();
+        assert!(e.contains("elements"), "{e}");
+        // Recursion is bounded.
+        let file = "service cloud.firestore { function f(n) { return f(n + 1); } match /x { allow read: if f(0); } }";
+        let f = parse_file("t", file).unwrap();
+        let cond = f.matches[0].allows[0].condition.clone().unwrap();
+        let mut env = Env::new(vec![], f.functions.iter().collect(), &NoDocs, "db", 10);
+        let e = env.eval(&cond).unwrap_err();
+        assert!(e.contains("nested more than 20"), "{e}");
+    }
+}
