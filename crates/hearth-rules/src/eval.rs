@@ -219,21 +219,15 @@ impl<'a> Env<'a> {
                 ("-", Val::Float(f)) => Ok(Val::Float(-f)),
                 (op, v) => Err(format!("`{op}` does not apply to {}", type_name(&v))),
             },
-            Expr::Binary("&&", a, b, _) => {
+            // `&&` stops at a false left side, `||` at a true one.
+            Expr::Binary(op @ ("&&" | "||"), a, b, _) => {
+                let or = *op == "||";
                 let a = self.eval(a);
-                if matches!(a, Ok(Val::Bool(false))) {
-                    return Ok(Val::Bool(false));
+                if matches!(a, Ok(Val::Bool(v)) if v == or) {
+                    return Ok(Val::Bool(or));
                 }
                 let b = self.eval(b);
-                logic(a, b, false)
-            }
-            Expr::Binary("||", a, b, _) => {
-                let a = self.eval(a);
-                if matches!(a, Ok(Val::Bool(true))) {
-                    return Ok(Val::Bool(true));
-                }
-                let b = self.eval(b);
-                logic(a, b, true)
+                logic(a, b, or)
             }
             Expr::Binary(op, a, b, _) => {
                 let (a, b) = (self.eval(a)?, self.eval(b)?);
