@@ -36,6 +36,24 @@ enum Command {
         #[arg(long, env = "HEARTH_INDEXES")]
         indexes: Option<PathBuf>,
     },
+    /// Security rules tools.
+    #[command(subcommand)]
+    Rules(RulesCommand),
+}
+
+#[derive(Subcommand)]
+enum RulesCommand {
+    /// Run test cases (caller, operation, path or query, data, existing documents, expected
+    /// allow or deny) against a rules file without a server; prints each mismatch with what
+    /// decided it and exits non-zero on any (format: docs/rules.md).
+    Test {
+        /// The rules file.
+        #[arg(long)]
+        rules: PathBuf,
+        /// The case file (JSON).
+        #[arg(long)]
+        cases: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -363,5 +381,52 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(*args),
         Command::Check { data, indexes } => check(data, indexes),
+        Command::Rules(RulesCommand::Test { rules, cases }) => rules_test(&rules, &cases),
     }
+}
+
+/// `rules test`: runs the cases, printing each outcome; fails on a mismatch.
+fn rules_test(rules: &std::path::Path, cases: &std::path::Path) -> anyhow::Result<()> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
+    let source = read(rules)?;
+    let ruleset = hearth_rules::Ruleset::parse(&rules.display().to_string(), &source)?;
+    let file = hearth_rules::cases::parse(&read(cases)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cases.display()))?;
+    let outcomes = hearth_rules::cases::run(&ruleset, &file, hearth_relay::rules::now());
+    let lines: Vec<&str> = source.lines().collect();
+    let mut failed = 0;
+    for o in &outcomes {
+        let expected = if o.expect_allow { "allow" } else { "deny" };
+        match &o.result {
+            Ok(_) if o.passed() => println!("ok    {}: {expected}", o.name),
+            Ok(d) => {
+                failed += 1;
+                let got = if d.allowed { "allow" } else { "deny" };
+                println!(
+                    "FAIL  {}: expected {expected}, got {got}: {}",
+                    o.name, d.explanation
+                );
+                for l in d.rule_line.iter().chain(&d.considered) {
+                    if let Some(text) = (*l as usize).checked_sub(1).and_then(|i| lines.get(i)) {
+                        println!("      line {l}: {}", text.trim());
+                    }
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                println!("ERROR {}: {e}", o.name);
+            }
+        }
+    }
+    println!(
+        "{} cases, {} passed, {failed} failed",
+        outcomes.len(),
+        outcomes.len() - failed
+    );
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} cases failed", outcomes.len());
+    }
+    Ok(())
 }

@@ -28,11 +28,7 @@ use crate::auth::AuthContext;
 use crate::metrics::Metrics;
 use crate::store::DatabaseView;
 
-/// Most documents the rules may read (`get()`, `exists()`, ...) for a single-document
-/// request, as Firestore's limit.
-pub const DOCUMENT_READS_SINGLE: usize = 10;
-/// Most documents the rules may read for a batch or transaction, as Firestore's limit.
-pub const DOCUMENT_READS_BATCH: usize = 20;
+pub use hearth_rules::{DOCUMENT_READS_BATCH, DOCUMENT_READS_SINGLE};
 
 /// Firestore's denial message, which every denial starts with.
 const DENIED: &str = "Missing or insufficient permissions.";

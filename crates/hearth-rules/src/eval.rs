@@ -11,6 +11,7 @@ use hearth_core::path::DocumentName;
 use hearth_core::value::{Timestamp, Value};
 
 use crate::ast::{Expr, Function, PathPart};
+use crate::time;
 use crate::Reader;
 
 /// The key marking a map the list proof knows only in part (a document's data): a key it
@@ -51,8 +52,19 @@ pub enum Val {
     Timestamp(Timestamp),
     /// A lat/lng.
     LatLng(f64, f64),
+    /// A duration, in nanoseconds.
+    Duration(i128),
     /// Not known to the list proof.
     Unknown,
+    /// A field the list proof knows a range of (a query's range or `!=` filter).
+    Range(Box<crate::proof::Bounds>),
+}
+
+impl Val {
+    /// Whether the list proof does not know this value exactly.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Val::Unknown | Val::Range(_))
+    }
 }
 
 /// Why an expression has no value; it makes its `allow` false.
@@ -235,6 +247,9 @@ impl<'a> Env<'a> {
             }
             Expr::Is(a, ty, _) => {
                 let v = self.eval(a)?;
+                if let Val::Range(b) = &v {
+                    return Ok(b.is(ty).map_or(Val::Unknown, Val::Bool));
+                }
                 if v == Val::Unknown {
                     return Ok(Val::Unknown);
                 }
@@ -321,7 +336,7 @@ impl<'a> Env<'a> {
     /// `get`, `exists`, `getAfter`, `existsAfter` of a path in this database.
     fn read(&mut self, which: &str, args: Vec<Val>) -> R {
         let [Val::Path(p)] = args.as_slice() else {
-            if args.contains(&Val::Unknown) {
+            if args.iter().any(Val::is_unknown) {
                 return Ok(Val::Unknown);
             }
             return Err(format!("{which}() takes one path"));
@@ -435,7 +450,8 @@ pub fn type_name(v: &Val) -> &'static str {
         Val::Path(_) => "path",
         Val::Timestamp(_) => "timestamp",
         Val::LatLng(..) => "latlng",
-        Val::Unknown => "unknown",
+        Val::Duration(_) => "duration",
+        Val::Unknown | Val::Range(_) => "unknown",
     }
 }
 
@@ -461,7 +477,8 @@ pub fn equal(a: &Val, b: &Val) -> bool {
     }
 }
 
-fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
+/// How two values order, or why they do not.
+pub fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
     use std::cmp::Ordering;
     let num = |v: &Val| match v {
         Val::Int(i) => Some(*i as f64),
@@ -472,6 +489,7 @@ fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
         (Val::Int(x), Val::Int(y)) => Ok(x.cmp(y)),
         (Val::Str(x), Val::Str(y)) => Ok(x.cmp(y)),
         (Val::Timestamp(x), Val::Timestamp(y)) => Ok(x.cmp(y)),
+        (Val::Duration(x), Val::Duration(y)) => Ok(x.cmp(y)),
         _ => match (num(a), num(b)) {
             (Some(x), Some(y)) => x
                 .partial_cmp(&y)
@@ -487,8 +505,15 @@ fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
 }
 
 fn binary(op: &str, a: Val, b: Val) -> R {
-    if a == Val::Unknown || b == Val::Unknown {
-        return Ok(Val::Unknown);
+    match (&a, &b) {
+        (Val::Range(r), c) if !c.is_unknown() => {
+            return Ok(r.compare(op, c, false)?.map_or(Val::Unknown, Val::Bool))
+        }
+        (c, Val::Range(r)) if !c.is_unknown() => {
+            return Ok(r.compare(op, c, true)?.map_or(Val::Unknown, Val::Bool))
+        }
+        _ if a.is_unknown() || b.is_unknown() => return Ok(Val::Unknown),
+        _ => {}
     }
     let size = |n: usize| {
         if n > MAX_SIZE {
@@ -512,6 +537,23 @@ fn binary(op: &str, a: Val, b: Val) -> R {
             size(x.len() + y.len())?;
             Ok(Val::Str(x + &y))
         }
+        ("+", Val::Timestamp(t), Val::Duration(d)) | ("+", Val::Duration(d), Val::Timestamp(t)) => {
+            time::shift(t, Some(d)).map(Val::Timestamp)
+        }
+        ("-", Val::Timestamp(t), Val::Duration(d)) => {
+            time::shift(t, d.checked_neg()).map(Val::Timestamp)
+        }
+        ("-", Val::Timestamp(a), Val::Timestamp(b)) => {
+            Ok(Val::Duration(time::nanos_of(a) - time::nanos_of(b)))
+        }
+        ("+", Val::Duration(a), Val::Duration(b)) => a
+            .checked_add(b)
+            .map(Val::Duration)
+            .ok_or_else(|| "duration overflow".into()),
+        ("-", Val::Duration(a), Val::Duration(b)) => a
+            .checked_sub(b)
+            .map(Val::Duration)
+            .ok_or_else(|| "duration overflow".into()),
         ("+", Val::List(mut x), Val::List(y)) => {
             size(x.len() + y.len())?;
             x.extend(y);
@@ -604,6 +646,21 @@ mod tests {
             "true ? 1 == 1 : false",
             "math.abs(-3) == 3 && math.floor(2.7) == 2 && int('42') == 42 && string(7) == '7'",
             "timestamp.value(86400000).day() == 2 && timestamp.value(0).year() == 1970",
+            "timestamp.date(2026, 11, 26) + duration.value(12, 'h') == timestamp.value(1795694400000)",
+            "(timestamp.value(86400000) - timestamp.value(0)).seconds() == 86400",
+            "timestamp.value(90061001).time() == duration.time(1, 1, 1, 1000000)",
+            "timestamp.value(90061001).date() == timestamp.value(86400000)",
+            "timestamp.value(86400000 * 31).dayOfYear() == 32 && timestamp.value(-1).year() == 1969",
+            "timestamp.value(1000) - duration.value(2, 's') < timestamp.value(0)",
+            "duration.value(1, 'd') > duration.value(23, 'h') && duration.value(1, 'w') == duration.value(7, 'd')",
+            "duration.abs(duration.value(-2, 's')) == duration.value(2000, 'ms')",
+            "duration.value(1500, 'ms').seconds() == 1 && duration.value(1500, 'ms').nanos() == 500000000",
+            "duration.value(-1, 'ns').seconds() == -1 && duration.value(-1, 'ns').nanos() == 999999999",
+            "hashing.sha256('abc').toHexString() == 'BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD'",
+            "hashing.md5('abc').toHexString() == '900150983CD24FB0D6963F7D28E17F72'",
+            "hashing.crc32('123456789').toHexString() == 'CBF43926' && hashing.crc32c('123456789'.toUtf8()).toHexString() == 'E3069283'",
+            "'hi'.toUtf8().toBase64() == 'aGk=' && 'hi'.toUtf8().size() == 2",
+            "latlng.value(0, 0).distance(latlng.value(0, 1)) > 111100 && latlng.value(0, 0).distance(latlng.value(0, 1)) < 111300",
             // An error on one side is absorbed when the other side decides.
             "m.nothing == 1 || true",
             "!(false && m.nothing == 1)",
@@ -620,6 +677,10 @@ mod tests {
             "undefinedName",
             "[1][5] == 1",
             "'('.matches('(')",
+            "timestamp.date(2026, 2, 30) == null",
+            "duration.value(1, 'y') == null",
+            "timestamp.value(0) + timestamp.value(0) == null",
+            "timestamp.value(253402300799000) + duration.value(1, 'd') > timestamp.value(0)",
         ] {
             assert!(value(src).is_err(), "{src}: {:?}", value(src));
         }

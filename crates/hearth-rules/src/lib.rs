@@ -6,10 +6,13 @@
 //! left unknown.
 
 pub mod ast;
+pub mod cases;
 pub mod eval;
 pub mod lexer;
 pub mod methods;
 pub mod parser;
+pub mod proof;
+pub mod time;
 
 use std::collections::BTreeMap;
 
@@ -20,6 +23,12 @@ use hearth_core::value::{Map, Timestamp, Value};
 
 use ast::{Allow, Function, Match, MethodSet, Segment};
 use eval::{from_value, full_path, resource, Env, Val};
+
+/// Most documents the rules may read (`get()`, `exists()`, ...) for a single-document
+/// request, as Firestore's limit.
+pub const DOCUMENT_READS_SINGLE: usize = 10;
+/// Most documents the rules may read for a batch or transaction, as Firestore's limit.
+pub const DOCUMENT_READS_BATCH: usize = 20;
 
 /// Most combinations of `in` values a list proof tries.
 const MAX_COMBINATIONS: usize = 100;
@@ -142,6 +151,8 @@ pub struct Decision {
     pub explanation: String,
     /// The line of the rule that allowed it.
     pub rule_line: Option<u32>,
+    /// For a denial: the lines of the `allow` statements that applied and did not hold.
+    pub considered: Vec<u32>,
 }
 
 /// A segment of the path being matched.
@@ -287,12 +298,12 @@ impl Ruleset {
         applying(&self.file.matches, segs, &[], &top, &mut found);
         let mut errors = Vec::new();
         let mut unknown = None;
-        let mut any = false;
+        let mut considered = Vec::new();
         for (allow, bindings, functions) in found {
             if !allow.methods.iter().any(|m| method.in_set(*m)) {
                 continue;
             }
-            any = true;
+            considered.push(allow.pos.line);
             let Some(condition) = &allow.condition else {
                 return self.allowed(allow);
             };
@@ -306,7 +317,7 @@ impl Ruleset {
                 Err(e) => errors.push(format!("{}:{}: {e}", self.name, allow.pos.line)),
             }
         }
-        let explanation = if !any {
+        let explanation = if considered.is_empty() {
             format!("no rule allows {} on {path_text}", method.name())
         } else if let Some(line) = unknown {
             format!(
@@ -325,6 +336,7 @@ impl Ruleset {
             allowed: false,
             explanation,
             rule_line: None,
+            considered,
         }
     }
 
@@ -333,6 +345,7 @@ impl Ruleset {
             allowed: true,
             explanation: format!("allowed by {}:{}", self.name, allow.pos.line),
             rule_line: Some(allow.pos.line),
+            considered: Vec::new(),
         }
     }
 
@@ -366,8 +379,9 @@ impl Ruleset {
     }
 
     /// Rules are not filters: allowed only if the `list` rules allow every document `query`
-    /// could return, with the document's fields the query's equality and `in` filters do
-    /// not fix left unknown.
+    /// could return: the fields its `==` and `in` filters fix are known, those its range,
+    /// `!=` and `not-in` filters bound are known to be in those bounds, and the rest of the
+    /// document is unknown.
     pub fn check_list(
         &self,
         database: &str,
@@ -391,6 +405,7 @@ impl Ruleset {
         let path_text = format!("the documents of {:?}", query.source);
         // The fields the filters fix, each with its possible values.
         let mut fixed: Vec<(Vec<String>, Vec<Value>)> = Vec::new();
+        let mut ranges: BTreeMap<Vec<String>, proof::Bounds> = BTreeMap::new();
         let mut top: Vec<&Filter> = Vec::new();
         if let Some(f) = &query.filter {
             top.push(f);
@@ -406,9 +421,15 @@ impl Ruleset {
                         fixed.push((ff.field.segments().to_vec(), values.clone()));
                     }
                 }
-                _ => {}
+                Filter::Field(ff) => ranges
+                    .entry(ff.field.segments().to_vec())
+                    .or_default()
+                    .narrow(ff.op, from_value(&ff.value)),
+                Filter::Or(_) => {}
             }
         }
+        // A field both fixed and ranged is fixed.
+        ranges.retain(|field, _| !fixed.iter().any(|(f, _)| f == field));
         let combinations = fixed
             .iter()
             .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len().max(1)))
@@ -420,6 +441,7 @@ impl Ruleset {
                     "the query's `in` filters give {combinations} combinations, more than the {MAX_COMBINATIONS} the rules check"
                 ),
                 rule_line: None,
+                considered: Vec::new(),
             };
         }
         let mut query_map = BTreeMap::new();
@@ -438,6 +460,9 @@ impl Ruleset {
                 };
                 rest /= values.len().max(1);
                 set_path(&mut data, field, from_value(v));
+            }
+            for (field, bounds) in &ranges {
+                set_path(&mut data, field, Val::Range(Box::new(bounds.clone())));
             }
             let mut res = BTreeMap::new();
             res.insert("data".to_owned(), Val::Map(data));
@@ -469,6 +494,7 @@ impl Ruleset {
             allowed: false,
             explanation: "nothing to decide".into(),
             rule_line: None,
+            considered: Vec::new(),
         })
     }
 }

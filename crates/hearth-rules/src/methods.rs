@@ -3,9 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use base64::prelude::{Engine, BASE64_STANDARD};
 use hearth_core::value::Timestamp;
+use md5::Md5;
+use sha2::{Digest, Sha256};
 
 use crate::eval::{equal, type_name, Error, Val};
+use crate::time;
 
 type R = Result<Val, Error>;
 
@@ -51,7 +55,7 @@ fn keys_set(m: &BTreeMap<String, Val>) -> Val {
 /// Method `name` of value `t` with `args`.
 pub fn method(t: Val, name: &str, args: Vec<Val>) -> R {
     let partial = |v: &Val| matches!(v, Val::Map(m) if m.contains_key(crate::eval::PARTIAL));
-    if t == Val::Unknown || args.contains(&Val::Unknown) || partial(&t) || args.iter().any(partial)
+    if t.is_unknown() || args.iter().any(Val::is_unknown) || partial(&t) || args.iter().any(partial)
     {
         return Ok(Val::Unknown);
     }
@@ -227,6 +231,18 @@ pub fn method(t: Val, name: &str, args: Vec<Val>) -> R {
             d.remove(&key).ok_or_else(|| "not a map diff".into())
         }
         (Val::Timestamp(t), m) => timestamp_method(t, m),
+        (Val::Duration(d), "nanos") => Ok(Val::Int(
+            i64::try_from(d.rem_euclid(time::NANOS_PER_SECOND)).unwrap_or(0),
+        )),
+        (Val::Duration(d), "seconds") => i64::try_from(d.div_euclid(time::NANOS_PER_SECOND))
+            .map(Val::Int)
+            .map_err(|_| "duration out of range".into()),
+        (Val::Bytes(b), "toBase64") => Ok(Val::Str(BASE64_STANDARD.encode(b))),
+        (Val::Bytes(b), "toHexString") => Ok(Val::Str(hex(&b))),
+        (Val::LatLng(lat, lng), "distance") => match args.as_slice() {
+            [Val::LatLng(lat2, lng2)] => Ok(Val::Float(distance((lat, lng), (*lat2, *lng2)))),
+            _ => Err("distance() takes a latlng".into()),
+        },
         (Val::LatLng(lat, _), "latitude") => Ok(Val::Float(lat)),
         (Val::LatLng(_, lng), "longitude") => Ok(Val::Float(lng)),
         (t, m) => Err(format!("{} has no method `{m}`", type_name(&t))),
@@ -235,18 +251,9 @@ pub fn method(t: Val, name: &str, args: Vec<Val>) -> R {
 
 fn timestamp_method(t: Timestamp, m: &str) -> R {
     let secs = t.seconds();
-    let days = secs.div_euclid(86_400);
+    let days = time::days_of(t);
     let of_day = secs.rem_euclid(86_400);
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = time::civil_from_days(days);
     Ok(Val::Int(match m {
         "year" => year,
         "month" => month,
@@ -255,15 +262,32 @@ fn timestamp_method(t: Timestamp, m: &str) -> R {
         "minute" => of_day % 3600 / 60,
         "second" => of_day % 60,
         "nanos" => i64::from(t.nanos()),
-        "toMillis" => t.to_micros() / 1000,
+        "toMillis" => t.to_micros().div_euclid(1000),
         "dayOfWeek" => (days + 3).rem_euclid(7) + 1,
+        "dayOfYear" => time::day_of_year(days),
+        "date" => return Ok(Val::Timestamp(time::split_day(t).0)),
+        "time" => return Ok(Val::Duration(time::split_day(t).1)),
         _ => return Err(format!("timestamp has no method `{m}`")),
     }))
 }
 
+/// Great-circle distance in metres between two points (haversine, mean Earth radius).
+fn distance(a: (f64, f64), b: (f64, f64)) -> f64 {
+    const EARTH_RADIUS_M: f64 = 6_371_008.8;
+    let (p1, p2) = (a.0.to_radians(), b.0.to_radians());
+    let dp = p2 - p1;
+    let dl = (b.1 - a.1).to_radians();
+    let h = (dp / 2.0).sin().powi(2) + p1.cos() * p2.cos() * (dl / 2.0).sin().powi(2);
+    2.0 * EARTH_RADIUS_M * h.sqrt().min(1.0).asin()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02X}")).collect()
+}
+
 /// `ns.name(args)`: `math`, `timestamp`, `latlng`.
 pub fn namespace(ns: &str, name: &str, args: Vec<Val>) -> R {
-    if args.contains(&Val::Unknown) {
+    if args.iter().any(Val::is_unknown) {
         return Ok(Val::Unknown);
     }
     let num = |v: &Val| match v {
@@ -296,6 +320,47 @@ pub fn namespace(ns: &str, name: &str, args: Vec<Val>) -> R {
                 .ok_or_else(|| "timestamp out of range".into()),
             _ => Err("timestamp.value() takes milliseconds".into()),
         },
+        ("timestamp", "date", _) => match args.as_slice() {
+            [Val::Int(y), Val::Int(m), Val::Int(d)] => time::days_from_civil(*y, *m, *d)
+                .and_then(|days| days.checked_mul(86_400))
+                .and_then(|s| Timestamp::new(s, 0).ok())
+                .map(Val::Timestamp)
+                .ok_or_else(|| "timestamp.date(): no such date".into()),
+            _ => Err("timestamp.date() takes year, month and day".into()),
+        },
+        ("duration", "value", _) => match args.as_slice() {
+            [Val::Int(n), Val::Str(unit)] => time::duration_value(*n, unit).map(Val::Duration),
+            _ => Err("duration.value() takes a magnitude and a unit".into()),
+        },
+        ("duration", "time", _) => match args.as_slice() {
+            [Val::Int(h), Val::Int(m), Val::Int(s), Val::Int(ns)] => Ok(Val::Duration(
+                i128::from(*h) * 3_600 * time::NANOS_PER_SECOND
+                    + i128::from(*m) * 60 * time::NANOS_PER_SECOND
+                    + i128::from(*s) * time::NANOS_PER_SECOND
+                    + i128::from(*ns),
+            )),
+            _ => Err("duration.time() takes hours, minutes, seconds and nanoseconds".into()),
+        },
+        ("duration", "abs", _) => match args.as_slice() {
+            [Val::Duration(d)] => d
+                .checked_abs()
+                .map(Val::Duration)
+                .ok_or_else(|| "duration overflow".into()),
+            _ => Err("duration.abs() takes a duration".into()),
+        },
+        ("hashing", algorithm @ ("sha256" | "md5" | "crc32" | "crc32c"), _) => {
+            let data = match args.as_slice() {
+                [Val::Bytes(b)] => b.clone(),
+                [Val::Str(s)] => s.as_bytes().to_vec(),
+                _ => return Err(format!("hashing.{algorithm}() takes bytes or a string")),
+            };
+            Ok(Val::Bytes(match algorithm {
+                "sha256" => Sha256::digest(&data).to_vec(),
+                "md5" => Md5::digest(&data).to_vec(),
+                "crc32" => crc32fast::hash(&data).to_be_bytes().to_vec(),
+                _ => crc32c::crc32c(&data).to_be_bytes().to_vec(),
+            }))
+        }
         ("latlng", "value", Some(lat)) => match args.get(1).and_then(num) {
             Some(lng) => Ok(Val::LatLng(lat, lng)),
             None => Err("latlng.value() takes two numbers".into()),
@@ -306,7 +371,7 @@ pub fn namespace(ns: &str, name: &str, args: Vec<Val>) -> R {
 
 /// A global function: `int`, `float`, `string`, `path`, `debug`.
 pub fn global(name: &str, args: Vec<Val>) -> R {
-    if args.contains(&Val::Unknown) {
+    if args.iter().any(Val::is_unknown) {
         return Ok(Val::Unknown);
     }
     match (name, args.as_slice()) {

@@ -336,3 +336,63 @@ fn an_open_relay_serves_loopback_only() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("firestore.rules:4:"), "{stderr}");
 }
+
+/// `hearth-relay rules test` on a case file: (exit status, stdout).
+fn rules_test(rules: &Path, cases: &Path) -> (bool, String) {
+    let out = Command::new(relay_bin())
+        .args(["rules", "test", "--rules"])
+        .arg(rules)
+        .arg("--cases")
+        .arg(cases)
+        .output()
+        .expect("run hearth-relay rules test");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn rules_test_command_runs_the_shipped_cases_and_fails_on_a_mismatch() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules");
+    for name in ["ratings", "todo", "demo"] {
+        let (ok, out) = rules_test(
+            &dir.join(format!("{name}.rules")),
+            &dir.join(format!("{name}.cases.json")),
+        );
+        assert!(ok, "{name}:\n{out}");
+        assert!(out.contains(" 0 failed"), "{name}:\n{out}");
+    }
+    // A case expecting the opposite of what the rules decide fails, naming the rule that
+    // allowed it; a malformed case is an error, not a pass.
+    let tmp = TempDir::new("rules-cases");
+    let cases = tmp.file(
+        "cases.json",
+        r#"{ "cases": [
+          { "name": "wrongly expected", "auth": { "uid": "bob" }, "method": "get",
+            "path": "restaurants/one/ratings/1", "expect": "deny" },
+          { "name": "wrongly expected denial", "auth": { "uid": "bob" }, "method": "create",
+            "path": "restaurants/one/ratings/2", "data": { "userId": "eve" }, "expect": "allow" },
+          { "name": "malformed", "method": "update", "path": "restaurants/one/ratings/9",
+            "data": {}, "expect": "deny" },
+          { "name": "fine", "method": "get", "path": "restaurants/one/ratings/1", "expect": "deny" }
+        ] }"#,
+    );
+    let (ok, out) = rules_test(&dir.join("ratings.rules"), &cases);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL  wrongly expected: expected deny, got allow: allowed by")
+            && out.contains("line 7: allow read: if request.auth != null;"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL  wrongly expected denial: expected allow, got deny")
+            && out.contains("line 8: allow create: if request.auth != null &&"),
+        "{out}"
+    );
+    assert!(out.contains("ERROR malformed: the case is malformed: update of restaurants/one/ratings/9, which does not exist"), "{out}");
+    assert!(
+        out.contains("ok    fine: deny") && out.contains("4 cases, 1 passed, 3 failed"),
+        "{out}"
+    );
+}

@@ -1,0 +1,159 @@
+//! What a list proof knows of a field the query constrains without fixing it: a range
+//! (`where('age', '>', 20)`: a number above 20, since a range filter only matches values
+//! of its bound's type) and values it cannot be (`!=`, `not-in`). A rule's comparison of
+//! such a field with a constant is decided when every value in the range decides it the
+//! same way, and unknown otherwise.
+
+use std::cmp::Ordering;
+
+use hearth_core::query::model::Operator;
+
+use crate::eval::{equal, order, Error, Val};
+
+/// The values a field may hold in a query's results.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Bounds {
+    /// The lower bound and whether it is included.
+    pub lo: Option<(Val, bool)>,
+    /// The upper bound and whether it is included.
+    pub hi: Option<(Val, bool)>,
+    /// Values the field does not hold.
+    pub not: Vec<Val>,
+}
+
+/// Whether a range filter on `v` tells its type: numbers, strings and timestamps.
+fn rangeable(v: &Val) -> bool {
+    matches!(
+        v,
+        Val::Int(_) | Val::Float(_) | Val::Str(_) | Val::Timestamp(_)
+    )
+}
+
+impl Bounds {
+    /// Narrows the bounds by the filter `field op v`; filters it cannot use are ignored
+    /// (knowing less is always sound).
+    pub fn narrow(&mut self, op: Operator, v: Val) {
+        match op {
+            Operator::NotEqual => self.not.push(v),
+            Operator::NotIn => {
+                if let Val::List(items) = v {
+                    self.not.extend(items);
+                }
+            }
+            Operator::GreaterThan | Operator::GreaterThanOrEqual if rangeable(&v) => {
+                let new = (v, op == Operator::GreaterThanOrEqual);
+                self.lo = Some(match self.lo.take() {
+                    None => new,
+                    Some(old) => tighter(old, new, Ordering::Greater),
+                });
+            }
+            Operator::LessThan | Operator::LessThanOrEqual if rangeable(&v) => {
+                let new = (v, op == Operator::LessThanOrEqual);
+                self.hi = Some(match self.hi.take() {
+                    None => new,
+                    Some(old) => tighter(old, new, Ordering::Less),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// The type the bounds tell, if any.
+    fn bound(&self) -> Option<&Val> {
+        self.lo.as_ref().or(self.hi.as_ref()).map(|(v, _)| v)
+    }
+
+    /// `x is ty` for every `x` in the bounds: `None` when unknown.
+    pub fn is(&self, ty: &str) -> Option<bool> {
+        let b = self.bound()?;
+        match (b, ty) {
+            (Val::Int(_) | Val::Float(_), "number") => Some(true),
+            (Val::Int(_) | Val::Float(_), "int" | "float") => None,
+            (Val::Str(_), "string") | (Val::Timestamp(_), "timestamp") => Some(true),
+            _ => Some(false),
+        }
+    }
+
+    /// `x op c` for every `x` in the bounds (`flipped`: `c op x`); `Ok(None)` when it
+    /// depends on which.
+    pub fn compare(&self, op: &str, c: &Val, flipped: bool) -> Result<Option<bool>, Error> {
+        let op = match (op, flipped) {
+            ("<", true) => ">",
+            (">", true) => "<",
+            ("<=", true) => ">=",
+            (">=", true) => "<=",
+            (op, _) => op,
+        };
+        match op {
+            "==" | "!=" => {
+                let eq = self.equals(c)?;
+                Ok(eq.map(|e| e == (op == "==")))
+            }
+            "<" | "<=" | ">" | ">=" => {
+                // Every x in the bounds is of the bound's type: comparing it with another
+                // type is an error, as it would be for any of them.
+                let cmp = |b: &Val| order(b, c);
+                let lo = self.lo.as_ref().map(|(v, inc)| cmp(v).map(|o| (o, *inc)));
+                let hi = self.hi.as_ref().map(|(v, inc)| cmp(v).map(|o| (o, *inc)));
+                let (lo, hi) = (lo.transpose()?, hi.transpose()?);
+                use Ordering::*;
+                // (all hold, none hold)
+                let (all, none) = match op {
+                    ">" => (
+                        lo.is_some_and(|(o, inc)| o == Greater || (o == Equal && !inc)),
+                        hi.is_some_and(|(o, _)| o != Greater),
+                    ),
+                    ">=" => (
+                        lo.is_some_and(|(o, _)| o != Less),
+                        hi.is_some_and(|(o, inc)| o == Less || (o == Equal && !inc)),
+                    ),
+                    "<" => (
+                        hi.is_some_and(|(o, inc)| o == Less || (o == Equal && !inc)),
+                        lo.is_some_and(|(o, _)| o != Less),
+                    ),
+                    _ => (
+                        hi.is_some_and(|(o, _)| o != Greater),
+                        lo.is_some_and(|(o, inc)| o == Greater || (o == Equal && !inc)),
+                    ),
+                };
+                Ok(if all {
+                    Some(true)
+                } else if none {
+                    Some(false)
+                } else {
+                    None
+                })
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether every `x` equals `c` (`Some(false)`: none does).
+    fn equals(&self, c: &Val) -> Result<Option<bool>, Error> {
+        if self.not.iter().any(|n| equal(n, c)) {
+            return Ok(Some(false));
+        }
+        if let Some(b) = self.bound() {
+            if order(b, c).is_err() {
+                // Another type: no value in the bounds equals it.
+                return Ok(Some(false));
+            }
+            if self.compare(">", c, false)? == Some(true)
+                || self.compare("<", c, false)? == Some(true)
+            {
+                return Ok(Some(false));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Of two bounds on one side, the one that says more (`wanted`: Greater for a lower
+/// bound); the first when they do not compare.
+fn tighter(old: (Val, bool), new: (Val, bool), wanted: Ordering) -> (Val, bool) {
+    match order(&new.0, &old.0) {
+        Ok(o) if o == wanted => new,
+        Ok(Ordering::Equal) => (old.0, old.1 && new.1),
+        _ => old,
+    }
+}
