@@ -3,27 +3,13 @@
 // refuses one. Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertTrackersClean, installTracker, useEnvironment } from './harness.mjs';
+import { assertTrackersClean, installTracker, signerIn, useEnvironment } from './harness.mjs';
 
 const SECRET = 'hearth-e2e-secret';
 const env = useEnvironment(['--auth-secret', SECRET]);
 const page = env.page;
 
-/** Installs window.jwt(claims): an HS256 token signed in the page with WebCrypto. */
-async function installSigner(p) {
-  await p.evaluate((secret) => {
-    const b64url = (bytes) => btoa(String.fromCharCode(...bytes))
-      .replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_');
-    const enc = (o) => b64url(new TextEncoder().encode(JSON.stringify(o)));
-    window.jwt = async (claims) => {
-      const unsigned = `${enc({ alg: 'HS256', typ: 'JWT' })}.${enc(claims)}`;
-      const key = await crypto.subtle.importKey('raw', new TextEncoder().encode(secret),
-        { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-      const sig = await crypto.subtle.sign('HMAC', key, new TextEncoder().encode(unsigned));
-      return `${unsigned}.${b64url(new Uint8Array(sig))}`;
-    };
-  }, SECRET);
-}
+const installSigner = (p) => signerIn(p, SECRET);
 
 test('a short-lived token is refreshed through the callback before it expires; writes and listens go on', { timeout: 60000 }, async () => {
   const p = await page();

@@ -174,3 +174,20 @@ export async function installCode(p) {
     ]);
   });
 }
+
+/** Installs `window.jwt(claims)` in page `p`: an HS256 token signed with `secret` in the page
+ *  (WebCrypto), as a token issuer would sign it. */
+export async function signerIn(p, secret) {
+  await p.evaluate((secret) => {
+    const b64url = (bytes) => btoa(String.fromCharCode(...bytes))
+      .replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_');
+    const enc = (o) => b64url(new TextEncoder().encode(JSON.stringify(o)));
+    window.jwt = async (claims, key = secret) => {
+      const unsigned = `${enc({ alg: 'HS256', typ: 'JWT' })}.${enc(claims)}`;
+      const k = await crypto.subtle.importKey('raw', new TextEncoder().encode(key),
+        { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+      const sig = await crypto.subtle.sign('HMAC', k, new TextEncoder().encode(unsigned));
+      return `${unsigned}.${b64url(new Uint8Array(sig))}`;
+    };
+  }, secret);
+}

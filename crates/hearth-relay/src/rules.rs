@@ -25,8 +25,9 @@ use hearth_core::value::{Map, Timestamp, Value};
 use hearth_rules::{Auth, Decision, Method, Reader, Request, Ruleset};
 
 use crate::auth::AuthContext;
+use crate::fanout::TargetGuard;
 use crate::metrics::Metrics;
-use crate::store::DatabaseView;
+use crate::store::{DatabaseView, Store};
 
 pub use hearth_rules::{DOCUMENT_READS_BATCH, DOCUMENT_READS_SINGLE};
 
@@ -325,6 +326,72 @@ impl Access {
             }
         }
         Ok(())
+    }
+}
+
+/// The rules' view of one listen's caller, for the fan-out ([`TargetGuard`]): a document
+/// that left the listen's result goes to it with its content only if the `get` rule lets
+/// it read it, and, under rules that read other documents or the time, the listen is
+/// proved again before each change goes out. Both read the store's latest snapshot.
+pub struct ListenGuard {
+    /// The caller's access.
+    access: Access,
+    /// The database.
+    db: String,
+    /// Where the rules' reads go.
+    store: Arc<Store>,
+    /// The listen's query (validated).
+    query: Query,
+    /// Whether the rules read other documents or the time (the proof can change).
+    dynamic: bool,
+    /// The caller, as decisions depend on it: uid and claims.
+    viewer: String,
+}
+
+impl ListenGuard {
+    /// The guard of a listen of `query` on `db` by the caller of `access`.
+    pub fn new(access: Access, db: &str, store: Arc<Store>, query: Query) -> ListenGuard {
+        let dynamic = access.rules.list_reads_beyond_documents();
+        let viewer = format!("{:?}", access.auth.as_deref().map(|a| (&a.uid, &a.token)));
+        ListenGuard {
+            access,
+            db: db.to_owned(),
+            store,
+            query,
+            dynamic,
+            viewer,
+        }
+    }
+}
+
+impl TargetGuard for ListenGuard {
+    fn viewer(&self) -> &str {
+        &self.viewer
+    }
+
+    fn may_read(&self, doc: &Document) -> bool {
+        let Ok(snap) = self.store.snapshot(&self.db) else {
+            return false;
+        };
+        let view = snap.database(&self.db);
+        let reader = SnapshotReader { view: &view };
+        self.access
+            .check_get(&self.db, &doc.name, Some(doc), &reader)
+            .is_ok()
+    }
+
+    fn recheck(&self) -> Option<Result<(), String>> {
+        if !self.dynamic {
+            return None;
+        }
+        let Ok(snap) = self.store.snapshot(&self.db) else {
+            return Some(Err(format!("{DENIED} the rules could not read the store")));
+        };
+        let view = snap.database(&self.db);
+        Some(
+            self.access
+                .check_list(&self.db, &self.query, &SnapshotReader { view: &view }),
+        )
     }
 }
 

@@ -153,3 +153,26 @@ impl Expr {
         }
     }
 }
+
+impl Expr {
+    /// Whether `f` holds for this expression or any inside it.
+    pub fn any(&self, f: &dyn Fn(&Expr) -> bool) -> bool {
+        if f(self) {
+            return true;
+        }
+        match self {
+            Expr::List(items, _) | Expr::Call(_, items, _) if items.iter().any(|e| e.any(f)) => {
+                true
+            }
+            Expr::Call(callee, _, _) => callee.any(f),
+            Expr::Map(entries, _) => entries.iter().any(|(k, v)| k.any(f) || v.any(f)),
+            Expr::Path(parts, _) => parts
+                .iter()
+                .any(|p| matches!(p, PathPart::Interpolated(e) if e.any(f))),
+            Expr::Member(e, _, _) | Expr::Unary(_, e, _) | Expr::Is(e, _, _) => e.any(f),
+            Expr::Index(a, b, _) | Expr::Binary(_, a, b, _) => a.any(f) || b.any(f),
+            Expr::Slice(a, b, c, _) | Expr::Cond(a, b, c, _) => a.any(f) || b.any(f) || c.any(f),
+            _ => false,
+        }
+    }
+}

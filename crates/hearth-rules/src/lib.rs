@@ -284,6 +284,40 @@ impl Ruleset {
         })
     }
 
+    /// Whether a list's outcome can change while the documents it returns do not: some
+    /// `read` or `list` rule, or some function, reads other documents (`get()`,
+    /// `exists()`, ...) or the time (`request.time`). A listen under such rules is proved
+    /// again as its results change.
+    pub fn list_reads_beyond_documents(&self) -> bool {
+        fn dynamic(e: &ast::Expr) -> bool {
+            e.any(&|e| match e {
+                ast::Expr::Call(callee, _, _) => matches!(&**callee,
+                    ast::Expr::Ident(n, _) if matches!(n.as_str(), "get" | "exists" | "getAfter" | "existsAfter")),
+                ast::Expr::Member(target, name, _) => {
+                    name == "time" && matches!(&**target, ast::Expr::Ident(n, _) if n == "request")
+                }
+                _ => false,
+            })
+        }
+        fn walk(blocks: &[Match]) -> bool {
+            blocks.iter().any(|b| {
+                b.functions
+                    .iter()
+                    .any(|f| dynamic(&f.body) || f.lets.iter().any(|(_, e)| dynamic(e)))
+                    || b.allows.iter().any(|a| {
+                        a.methods.iter().any(|m| Method::List.in_set(*m))
+                            && a.condition.as_ref().is_some_and(dynamic)
+                    })
+                    || walk(&b.matches)
+            })
+        }
+        self.file
+            .functions
+            .iter()
+            .any(|f| dynamic(&f.body) || f.lets.iter().any(|(_, e)| dynamic(e)))
+            || walk(&self.file.matches)
+    }
+
     /// Decides `req` by its statements: allowed if any applicable `allow` is true.
     fn decide(
         &self,

@@ -343,6 +343,17 @@ impl Hearth {
         Promise::resolve(&JsValue::UNDEFINED)
     }
 
+    /// Replaces the token sent to the relay (sign-in, sign-out, a token the app refreshed
+    /// itself): sent at once on an open connection; after the relay refused the previous
+    /// one (`unauthenticated`), connects again with it. An empty string is no token.
+    #[wasm_bindgen(js_name = setToken)]
+    pub fn set_token(&self, token: String) -> Promise {
+        if let Some(s) = &self.db.sync {
+            s.set_token(token);
+        }
+        Promise::resolve(&JsValue::UNDEFINED)
+    }
+
     #[wasm_bindgen(js_name = disableNetwork)]
     pub fn disable_network(&self) -> Promise {
         if let Some(s) = &self.db.sync {

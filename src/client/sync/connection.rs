@@ -71,7 +71,11 @@ impl Sync {
 
     /// Opens a socket unless one exists (or the network is off, or the database closed).
     pub(super) fn connect(self: &Rc<Self>) {
-        if self.closed.get() || !self.enabled.get() || self.ws.borrow().is_some() {
+        if self.closed.get()
+            || !self.enabled.get()
+            || self.refused.borrow().is_some()
+            || self.ws.borrow().is_some()
+        {
             return;
         }
         let ws = match WebSocket::new(&self.url) {
@@ -211,7 +215,7 @@ impl Sync {
 
     /// Connects again after the backoff delay with jitter (0.5 to 1.5 times it).
     fn schedule_reconnect(self: &Rc<Self>) {
-        if self.closed.get() || !self.enabled.get() {
+        if self.closed.get() || !self.enabled.get() || self.refused.borrow().is_some() {
             return;
         }
         let base = self.backoff_ms.get();

@@ -180,6 +180,7 @@ impl Sync {
             } => {
                 self.trace(|| "welcome".to_owned());
                 self.open.set(true);
+                self.auth_retried.set(false);
                 self.backoff_ms.set(250.0);
                 self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
                 self.schedule_token_refresh();
@@ -270,13 +271,25 @@ impl Sync {
                 message,
             } => {
                 let err = ClientError::new(code, message);
-                if code == ErrorCode::Unauthenticated && self.token_provider.is_some() {
+                if code == ErrorCode::Unauthenticated
+                    && self.token_provider.is_some()
+                    && !self.auth_retried.replace(true)
+                {
                     // The token expired or was refused: reconnect with a fresh one from the
                     // callback. Queued writes are sent again and listens resumed; reads in
                     // flight fail with `unavailable`.
                     self.writes.borrow_mut().remove(&request_id);
                     self.backoff_ms.set(250.0);
                     self.drop_socket();
+                    return;
+                }
+                let connection = request_id == 0 && target_id == 0;
+                if code == ErrorCode::Unauthenticated
+                    || (connection && code == ErrorCode::PermissionDenied)
+                {
+                    // Refused credentials, after the token callback's fresh token: surfaced
+                    // to listeners and requests rather than retried forever.
+                    self.refuse(err);
                     return;
                 }
                 if request_id != 0 {
@@ -590,6 +603,13 @@ impl Sync {
         self.by_listener.borrow_mut().insert(listener, target_id);
         if let Some(e) = self.engine() {
             e.bind_target(listener, Some(target_id), resume.is_some());
+            // Refused credentials: the listen fails as the relay would fail it.
+            let refused = self.refused.borrow().clone();
+            if let Some(err) = refused {
+                self.targets.borrow_mut().remove(&target_id);
+                self.by_listener.borrow_mut().remove(&listener);
+                e.target_failed(target_id, err);
+            }
         }
     }
 

@@ -108,6 +108,14 @@ pub struct Sync {
     enabled: Cell<bool>,
     /// Whether the database was closed: nothing reconnects after.
     closed: Cell<bool>,
+    /// The relay refused this client's credentials (`unauthenticated` after the token
+    /// callback had its chance, or `permission-denied` for the database): nothing
+    /// reconnects until `setToken()` or `enableNetwork()`; server reads, transactions and
+    /// new listens fail with this error, queued writes stay queued.
+    refused: RefCell<Option<ClientError>>,
+    /// Whether the connection is a retry with a fresh token from the callback after the
+    /// relay refused one: a second refusal is final (see `refused`). A Welcome clears it.
+    auth_retried: Cell<bool>,
     /// The next reconnect delay before jitter: doubles per attempt up to 30 s, back to
     /// 250 ms whenever a fresh start is due (a Welcome, the browser's `online` event,
     /// `enableNetwork()`, a refused token).
@@ -215,6 +223,8 @@ impl Sync {
             deferred: Cell::new(None),
             enabled: Cell::new(true),
             closed: Cell::new(false),
+            refused: RefCell::new(None),
+            auth_retried: Cell::new(false),
             backoff_ms: Cell::new(250.0),
             heartbeat_ms: Cell::new(5000.0),
             last_seen: Cell::new(js_sys::Date::now()),
@@ -300,7 +310,7 @@ impl Sync {
         if self.open.get() {
             return true;
         }
-        if self.closed.get() || !self.enabled.get() {
+        if self.closed.get() || !self.enabled.get() || self.refused.borrow().is_some() {
             return false;
         }
         let mut mine: Option<Function> = None;
@@ -346,6 +356,9 @@ impl Sync {
         self.replies.borrow_mut().insert(request_id, Box::new(tx));
         if !self.send(&make(request_id)) {
             self.replies.borrow_mut().remove(&request_id);
+            if let Some(e) = self.refused.borrow().clone() {
+                return Err(e);
+            }
             return Err(ClientError::new(ErrorCode::Unavailable, "the relay is not reachable (offline); read from the cache with { source: 'cache' }"));
         }
         rx.await
@@ -391,6 +404,9 @@ impl Sync {
     pub fn set_enabled(self: &Rc<Self>, on: bool) {
         self.enabled.set(on);
         if on {
+            // A refusal is tried again (the token callback is asked anew).
+            self.refused.replace(None);
+            self.auth_retried.set(false);
             self.backoff_ms.set(250.0);
             self.connect();
         } else {
@@ -400,6 +416,52 @@ impl Sync {
             self.forget_connection("the network was disabled before the relay answered");
             self.wake_open_waiters();
         }
+    }
+
+    /// `setToken(token)`: the token for the next Hello, sent to the relay at once (`Auth`)
+    /// on an open connection; after a refusal, connects again with it.
+    pub fn set_token(self: &Rc<Self>, token: String) {
+        *self.token.borrow_mut() = token.clone();
+        self.refused.replace(None);
+        self.auth_retried.set(false);
+        if self.open.get() {
+            self.send(&ClientMessage::Auth { token });
+            self.schedule_token_refresh();
+        } else {
+            self.backoff_ms.set(250.0);
+            self.connect();
+        }
+    }
+
+    /// The relay refused this client's credentials for good (`err`): the socket goes and
+    /// is not opened again until `setToken()` or `enableNetwork()`; requests waiting on it
+    /// fail with `err`, and so does every listener (its error callback), as a refused
+    /// listen does. Queued writes stay queued, sent once the relay accepts a token.
+    pub(super) fn refuse(self: &Rc<Self>, err: ClientError) {
+        self.trace(|| format!("refused: {}", err.message));
+        self.refused.replace(Some(err.clone()));
+        self.detach_socket();
+        for timer in [&self.timer, &self.auth_timer] {
+            if let Some((_, id)) = timer.borrow_mut().take() {
+                clear_timeout(id);
+            }
+        }
+        let replies: Vec<Reply> = self.replies.borrow_mut().drain().map(|(_, r)| r).collect();
+        for reply in replies {
+            reply(Err(err.clone()));
+        }
+        let targets: Vec<(u32, Target)> = self.targets.borrow_mut().drain().collect();
+        self.by_listener.borrow_mut().clear();
+        self.limbo.borrow_mut().clear();
+        if let Some(engine) = self.engine() {
+            for (id, t) in targets {
+                if t.limbo.is_none() {
+                    engine.target_failed(id, err.clone());
+                }
+            }
+        }
+        self.forget_connection(&err.message);
+        self.wake_open_waiters();
     }
 
     /// Stops for good (the database closed): the socket and every timer go.

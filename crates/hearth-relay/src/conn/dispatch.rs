@@ -17,9 +17,9 @@ const BEHIND_TRIES: u32 = 50;
 const MAX_WRITES_PER_BATCH: usize = 10_000;
 use crate::commit::{batch_digest, Refused, WriteError, WriteRequest};
 use crate::databases::Database;
-use crate::fanout::{Changed, Listened, Start};
+use crate::fanout::{Changed, Listened, Start, TargetGuard};
 use crate::outbound::Outbound;
-use crate::rules::{Access, SnapshotReader};
+use crate::rules::{Access, ListenGuard, SnapshotReader};
 use crate::state::Relay;
 use hearth_core::document::Document;
 use hearth_core::kv::block_on_ready;
@@ -569,6 +569,10 @@ impl ListenStart {
         let store = relay.store().clone();
         let name = db.name().to_owned();
         let (resume, accept_ahead) = (self.resume, self.accept_ahead);
+        let guard = self.access.map(|access| {
+            let guard = ListenGuard::new(access, db.name(), store.clone(), q.clone());
+            Arc::new(guard) as Arc<dyn TargetGuard>
+        });
         db.fanout().listen(
             &self.out,
             self.target_id,
@@ -607,6 +611,7 @@ impl ListenStart {
                     Start::Resume(Some(Changed { read_at, states }))
                 }
             },
+            guard,
         )
     }
 }

@@ -726,6 +726,7 @@ mod tests {
                     q,
                     |q| relay.query_latest(&db, q),
                     |_| Start::Fresh,
+                    None,
                 )
                 .unwrap();
             relay.metrics().listen_started(db.name());

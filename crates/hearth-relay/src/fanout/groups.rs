@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::guard::TargetGuard;
 use super::Outbound;
 use hearth_core::error::ErrorCode;
 use hearth_core::path::DocumentName;
@@ -16,11 +17,14 @@ use hearth_core::query::model::Source;
 use hearth_core::query::view::View;
 
 /// One listening target of a group.
+#[derive(Clone)]
 pub(super) struct Subscriber {
     /// The client's id for the target: the frames it gets carry it.
     pub(super) target_id: u32,
     /// The target's connection, where its frames are written.
     pub(super) out: Outbound,
+    /// What the security rules let the target's caller see (`None`: everything).
+    pub(super) guard: Option<Arc<dyn TargetGuard>>,
 }
 
 /// The listeners of one query (identical queries of a database share it).

@@ -37,6 +37,7 @@ use bytes::Bytes;
 use super::commit::Committed;
 pub use super::outbound::Outbound;
 use groups::{Group, Inner, Slot, Subscriber};
+pub use guard::TargetGuard;
 use hearth_core::document::Document;
 use hearth_core::error::ErrorCode;
 use hearth_core::path::DocumentName;
@@ -207,7 +208,14 @@ fn to_wire(changes: &[DocChange], states: &RoundStates) -> Vec<DocumentChange> {
 /// documents at its edges, which a delta of the changed names misses. A windowed target
 /// therefore resumes with a Reset, followed by the changed documents outside the window, so
 /// the client learns how each document it may hold changed and never has to guess.
-fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentChange>) {
+///
+/// A document that left the result travels with its new content only to a caller the
+/// rules let read it (`guard`); to others it leaves as a deletion.
+fn resume_changes(
+    view: &View,
+    start: Start,
+    guard: Option<&dyn TargetGuard>,
+) -> (TargetChangeKind, Vec<DocumentChange>) {
     let whole = || {
         view.documents()
             .cloned()
@@ -234,8 +242,8 @@ fn resume_changes(view: &View, start: Start) -> (TargetChangeKind, Vec<DocumentC
             Some(d) if !windowed => changes.push(DocumentChange::Upsert((*d).clone())),
             Some(_) => {}
             None => changes.push(match state {
-                Some(now) => DocumentChange::Leave(now),
-                None => DocumentChange::Delete { name, version },
+                Some(now) if guard.is_none_or(|g| g.may_read(&now)) => DocumentChange::Leave(now),
+                _ => DocumentChange::Delete { name, version },
             }),
         }
     }
@@ -398,6 +406,7 @@ impl Fanout {
         query: Query,
         initial: impl FnOnce(&Query) -> Result<(Vec<Document>, u64), QueryError>,
         start: impl FnOnce(u64) -> Start,
+        rules: Option<Arc<dyn TargetGuard>>,
     ) -> Result<Listened, QueryError> {
         let mut encoded = Vec::new();
         encode_query(&query, &mut encoded);
@@ -443,7 +452,7 @@ impl Fanout {
             }
             return Ok(Listened::Behind);
         }
-        let (kind, changes) = resume_changes(&group.view, start);
+        let (kind, changes) = resume_changes(&group.view, start, rules.as_deref());
         // Encoded before the target is added: a document the encoding refuses ends this
         // listen only.
         let frames: Result<Vec<Bytes>, _> = target_change_messages(target_id, kind, changes)
@@ -463,6 +472,7 @@ impl Fanout {
         group.subscribers.push(Subscriber {
             target_id,
             out: out.clone(),
+            guard: rules,
         });
         inner
             .by_target
@@ -679,11 +689,15 @@ impl Fanout {
             }
         }
         let states = round_states(commits.iter().chain(&extra).filter(|c| c.version <= last));
+        let mut denied: Vec<(u32, Outbound, String)> = Vec::new();
         for (key, changes) in changed {
             let Some(group) = inner.groups.get(&key[..]) else {
                 continue;
             };
-            let parts = chunks(to_wire(&changes, &states));
+            let wire = to_wire(&changes, &states);
+            let version_of = |n: &DocumentName| states.get(n).map_or(last, |(_, v)| *v);
+            let screened = guard::screen(&group.subscribers, &wire, &version_of);
+            let parts = chunks(wire);
             // Every part encoded before any is written: a document the encoding refuses
             // ends this group's targets (and no other), none of its parts sent.
             let templates: Result<Vec<Vec<u8>>, _> = parts
@@ -708,6 +722,25 @@ impl Fanout {
                     continue;
                 }
             };
+            // Guarded subscribers that see this round differently take their own frames.
+            let shared: Vec<Subscriber>;
+            let subs = if screened.is_empty() {
+                &group.subscribers[..]
+            } else {
+                shared = (group.subscribers.iter().enumerate())
+                    .filter(|(i, _)| screened.shared(*i))
+                    .map(|(_, s)| s.clone())
+                    .collect();
+                &shared[..]
+            };
+            for (i, own) in screened.own {
+                let s = &group.subscribers[i];
+                frames += guard::deliver_own(s.target_id, &s.out, own, last, &mut affected);
+            }
+            for (i, denial) in screened.denied {
+                let s = &group.subscribers[i];
+                denied.push((s.target_id, s.out.clone(), denial));
+            }
             let n = templates.len();
             for (i, template) in templates.into_iter().enumerate() {
                 let round = Round {
@@ -716,7 +749,6 @@ impl Fanout {
                     snapshot: &snapshot,
                     version: last,
                 };
-                let subs = &group.subscribers[..];
                 let writers = writers_for(subs.len(), self.split);
                 if writers <= 1 {
                     frames += round.deliver(subs, &mut affected);
@@ -757,6 +789,18 @@ impl Fanout {
                 }
             }
         }
+        // Listens the rules no longer allow end, having seen nothing of the round.
+        for (target_id, out, denial) in denied {
+            if inner.unlisten(out.conn(), target_id) {
+                inner.ended += 1;
+                out.send_message(&ServerMessage::Error {
+                    request_id: 0,
+                    target_id,
+                    code: ErrorCode::PermissionDenied,
+                    message: denial,
+                });
+            }
+        }
         self.published.store(last, Ordering::Release);
         for out in &affected {
             if out.send(snapshot.clone()) {
@@ -768,5 +812,6 @@ impl Fanout {
 }
 
 mod groups;
+mod guard;
 #[cfg(test)]
 mod tests;

@@ -72,6 +72,7 @@ async fn a_refill_that_reads_ahead_takes_the_later_commits_into_the_round() {
             q,
             |_| Ok((vec![a.clone(), b.clone()], 1)),
             |_| Start::Fresh,
+            None,
         )
         .unwrap();
     let (mut reader, mut docs) = (FrameReader::default(), Vec::new());
@@ -133,6 +134,7 @@ async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() 
                     q.clone(),
                     |_| Ok((Vec::new(), 1)),
                     |_| Start::Fresh,
+                    None,
                 )
                 .unwrap();
         }
@@ -250,7 +252,14 @@ async fn a_document_the_encoding_refuses_ends_only_the_targets_it_reaches() {
     let (mut r_all, mut r_sevens) = (FrameReader::default(), FrameReader::default());
     for (out, q) in [(&out_all, &all), (&out_sevens, &sevens)] {
         fanout
-            .listen(out, 1, q.clone(), |_| Ok((Vec::new(), 1)), |_| Start::Fresh)
+            .listen(
+                out,
+                1,
+                q.clone(),
+                |_| Ok((Vec::new(), 1)),
+                |_| Start::Fresh,
+                None,
+            )
             .unwrap();
     }
     let mut docs = Vec::new();
@@ -312,6 +321,7 @@ async fn a_document_the_encoding_refuses_ends_only_the_targets_it_reaches() {
             sevens,
             |_| unreachable!("the group is live"),
             |_| Start::Fresh,
+            None,
         )
         .unwrap();
     let mut again = Vec::new();
@@ -329,6 +339,7 @@ async fn a_document_the_encoding_refuses_ends_only_the_targets_it_reaches() {
         all,
         |_| Ok((vec![bad.clone()], 3)),
         |_| Start::Fresh,
+        None,
     );
     let err = refused.expect_err("the initial result cannot be encoded");
     assert_eq!(err.code(), ErrorCode::DataLoss);
@@ -348,10 +359,24 @@ async fn a_change_reaches_only_the_groups_of_its_collection() {
     let (out_g, _r2, mut c_g) = pair(1 << 20).await;
     let (mut r_o, mut r_g) = (FrameReader::default(), FrameReader::default());
     fanout
-        .listen(&out_o, 1, others, |_| Ok((Vec::new(), 1)), |_| Start::Fresh)
+        .listen(
+            &out_o,
+            1,
+            others,
+            |_| Ok((Vec::new(), 1)),
+            |_| Start::Fresh,
+            None,
+        )
         .unwrap();
     fanout
-        .listen(&out_g, 1, group, |_| Ok((Vec::new(), 1)), |_| Start::Fresh)
+        .listen(
+            &out_g,
+            1,
+            group,
+            |_| Ok((Vec::new(), 1)),
+            |_| Start::Fresh,
+            None,
+        )
         .unwrap();
     let mut docs = Vec::new();
     assert_eq!(next_snapshot(&mut r_o, &mut c_o, &mut docs).await, 1);

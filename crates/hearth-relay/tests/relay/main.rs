@@ -21,5 +21,6 @@ mod ops;
 mod queries;
 mod robustness;
 mod rules;
+mod rules_listens;
 mod shards;
 mod writes;
