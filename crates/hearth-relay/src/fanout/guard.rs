@@ -21,8 +21,9 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use super::frames::target_change_messages;
 use super::groups::Subscriber;
-use super::{target_change_messages, Outbound};
+use super::Outbound;
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::try_encode_server;

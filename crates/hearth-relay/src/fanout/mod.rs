@@ -36,6 +36,7 @@ use bytes::Bytes;
 
 use super::commit::Committed;
 pub use super::outbound::Outbound;
+use frames::{chunks, retarget, target_change_messages};
 use groups::{Group, Inner, Slot, Subscriber};
 pub use guard::TargetGuard;
 use hearth_core::document::Document;
@@ -77,84 +78,8 @@ pub struct Fanout {
 /// lock anyway.
 const YIELD_LIMIT: Duration = Duration::from_secs(2);
 
-/// A frame's bytes with another target id: type byte, target id varint, rest unchanged.
-fn retarget(template: &[u8], target_id: u32) -> Bytes {
-    // The template was encoded with target id 0, one varint byte.
-    let (ty, rest) = match template {
-        [ty, _, rest @ ..] => (*ty, rest),
-        _ => (0, &[][..]),
-    };
-    let mut out = Vec::with_capacity(template.len() + 4);
-    out.push(ty);
-    let mut v = target_id;
-    loop {
-        let b = (v & 0x7F) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            break;
-        }
-        out.push(b | 0x80);
-    }
-    out.extend_from_slice(rest);
-    Bytes::from(out)
-}
-
 /// Distinct target ids whose retargeted frame `publish` keeps for reuse within a group.
 const RETARGET_CACHE: usize = 16;
-
-/// Most change bytes (estimated) in one TargetChange frame: half the frame limit, so names
-/// and framing never push a frame over it.
-const CHUNK_BYTES: usize = hearth_core::protocol::MAX_FRAME_BYTES / 2;
-
-/// Splits changes into frames' worth; a result too big for one frame travels as several
-/// TargetChange messages before the Snapshot (docs/protocol.md).
-fn chunks(changes: Vec<DocumentChange>) -> Vec<Vec<DocumentChange>> {
-    let mut out = Vec::new();
-    let mut part = Vec::new();
-    let mut size = 0;
-    for c in changes {
-        let n = match &c {
-            DocumentChange::Upsert(d) => {
-                hearth_core::encoding::document::encoded_size(&d.fields) + 64
-            }
-            DocumentChange::Leave(d) => {
-                hearth_core::encoding::document::encoded_size(&d.fields) + 64
-            }
-            DocumentChange::Remove(_) | DocumentChange::Delete { .. } => 64,
-        };
-        if size + n > CHUNK_BYTES && !part.is_empty() {
-            out.push(std::mem::take(&mut part));
-            size = 0;
-        }
-        size += n;
-        part.push(c);
-    }
-    out.push(part);
-    out
-}
-
-/// A target's changes as messages that each fit a frame; only the first carries `kind` (a
-/// Reset), the rest are Deltas on top of it.
-fn target_change_messages(
-    target_id: u32,
-    kind: TargetChangeKind,
-    changes: Vec<DocumentChange>,
-) -> Vec<ServerMessage> {
-    chunks(changes)
-        .into_iter()
-        .enumerate()
-        .map(|(i, part)| ServerMessage::TargetChange {
-            target_id,
-            kind: if i == 0 {
-                kind
-            } else {
-                TargetChangeKind::Delta
-            },
-            changes: part,
-        })
-        .collect()
-}
 
 /// A round's document states still to apply to each group (by key), in commit order.
 type Due<'a> = HashMap<Arc<[u8]>, Vec<(&'a DocumentName, Option<&'a Document>)>>;
@@ -811,6 +736,7 @@ impl Fanout {
     }
 }
 
+mod frames;
 mod groups;
 mod guard;
 #[cfg(test)]
