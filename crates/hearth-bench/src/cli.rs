@@ -34,6 +34,10 @@ pub(crate) struct TargetArgs {
     /// Database the benchmark uses.
     #[arg(long, global = true, default_value = "bench")]
     pub(crate) database: String,
+    /// More arguments for the relay `--spawn` starts (repeat it: `--relay-arg=--rules
+    /// --relay-arg=rules/bench.rules`).
+    #[arg(long, global = true, allow_hyphen_values = true)]
+    pub(crate) relay_arg: Vec<String>,
     /// Auth token sent in `Hello` (a relay without keys ignores it).
     #[arg(long, global = true, env = "HEARTH_BENCH_TOKEN", default_value = "")]
     pub(crate) token: String,
@@ -61,6 +65,15 @@ pub(crate) enum Cmd {
     Sequential(InsertArgs),
     /// Inserts with random auto ids and random indexed values.
     Random(InsertArgs),
+    /// Security rules decisions in this process (no relay): per write and per list proof.
+    Rules(RulesArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct RulesArgs {
+    /// Decisions timed per rule set and kind.
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) iterations: usize,
 }
 
 #[derive(Args)]

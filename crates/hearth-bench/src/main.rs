@@ -10,6 +10,8 @@
 //! hearth-bench --spawn hot --clients 32 --seconds 10
 //! hearth-bench --spawn sequential --docs 20000 --clients 32     (runs `random` as its baseline)
 //! hearth-bench --url ws://127.0.0.1:8787/v1/ws random --docs 20000 --clients 32
+//! hearth-bench rules --iterations 200000        (in this process: rules decisions)
+//! hearth-bench --spawn --relay-arg=--rules --relay-arg=rules/bench.rules ycsb ...
 //! ```
 //!
 //! Latencies are measured on the client (this process), which shares the machine's cores with
@@ -18,7 +20,7 @@
 //! during the measurement (`cpu`, percent of one core) and, when the relay's `/metrics`
 //! endpoint answers, its group-commit and fan-out counters over the same interval.
 //!
-//! One module per benchmark (`ycsb`, `fanout`, `commit`, `hot`, `inserts`) over shared ones:
+//! One module per benchmark (`ycsb`, `fanout`, `commit`, `hot`, `inserts`, `rules`) over shared ones:
 //! `cli` (the arguments), `measure` (clock, random numbers, statistics, output, CPU and
 //! metrics probes) and `relay_proc` (the relay under test and connections to it).
 
@@ -29,6 +31,7 @@ mod hot;
 mod inserts;
 mod measure;
 mod relay_proc;
+mod rules;
 mod ycsb;
 
 use std::time::Duration;
@@ -56,6 +59,7 @@ fn main() -> Result<()> {
             Cmd::Hot(a) => hot::hot(&t, a).await,
             Cmd::Sequential(a) => inserts::inserts(&t, a, InsertMode::Sequential).await,
             Cmd::Random(a) => inserts::inserts(&t, a, InsertMode::Random).await,
+            Cmd::Rules(a) => rules::rules(a),
         }
     });
     // Connections still open are dropped with the runtime; do not wait for their tasks.

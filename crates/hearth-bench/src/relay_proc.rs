@@ -39,7 +39,8 @@ impl Relay {
                     .ok_or_else(|| anyhow!("no directory for the current executable"))?
                     .join("hearth-relay"),
             };
-            tokio::task::spawn_blocking(move || spawn_relay(bin)).await?
+            let extra = t.relay_arg.clone();
+            tokio::task::spawn_blocking(move || spawn_relay(bin, &extra)).await?
         } else {
             let url = t
                 .url
@@ -95,7 +96,7 @@ impl Relay {
     }
 }
 
-fn spawn_relay(bin: PathBuf) -> Result<Relay> {
+fn spawn_relay(bin: PathBuf, extra: &[String]) -> Result<Relay> {
     let dir = std::env::temp_dir().join(format!("hearth-bench-{}", run_tag()));
     std::fs::create_dir_all(&dir)?;
     let log = std::fs::File::create(dir.with_extension("log"))?;
@@ -107,6 +108,7 @@ fn spawn_relay(bin: PathBuf) -> Result<Relay> {
         // defaults, which are meant for untrusted browsers.
         .args(["--max-connections-per-address", "1000000"])
         .args(["--max-connections-per-database", "1000000"])
+        .args(extra)
         .env(
             "HEARTH_LOG",
             std::env::var("HEARTH_LOG").unwrap_or("warn".into()),

@@ -8,6 +8,8 @@
 pub mod ast;
 pub mod cases;
 pub mod eval;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lexer;
 pub mod methods;
 pub mod parser;
