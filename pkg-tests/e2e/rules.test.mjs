@@ -274,3 +274,39 @@ test('no token is request.auth == null; a service token is past the rules', { ti
   await job.evaluate(() => window.db.close());
   await job.close();
 });
+
+test("the seeds' server code runs unchanged under rules with a service token, and is refused with a client's", { timeout: 90000 }, async () => {
+  // The rules say nothing of instruments: only trusted server code may touch them.
+  const client = await as('seeds-client', { sub: 'alice' }, browsers[1]);
+  const refused = await client.evaluate(() => window.code(async () => {
+    const { seed000 } = await import('/pkg-tests/e2e/seed000.js');
+    return seed000(window.db, window.hearth.Timestamp);
+  }));
+  assert.equal(refused, 'permission-denied');
+  await client.evaluate(() => window.db.close());
+  await client.close();
+  const server = await as('seeds-server', { service: 'seed-job' }, browsers[1]);
+  const lines = await server.evaluate(async () => {
+    const { seed000 } = await import('/pkg-tests/e2e/seed000.js');
+    return seed000(window.db, window.hearth.Timestamp);
+  });
+  const groups = {};
+  let current;
+  for (const l of lines) {
+    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice('doc = '.length)).symbol);
+  }
+  assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
+  assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
+  const total = await server.evaluate(async () => {
+    const { counters } = await import('/pkg-tests/e2e/seed002.js');
+    const firebase = { firestore: { FieldValue: window.hearth.FieldValue } };
+    const { createCounter, incrementCounter, getCount } = counters(window.db, firebase);
+    const ref = window.db.collection('counters').doc('c1');
+    await createCounter(ref, 5);
+    await Promise.all(Array.from({ length: 20 }, () => incrementCounter(ref, 5)));
+    return getCount(ref);
+  });
+  assert.equal(total, 20);
+  await server.evaluate(() => window.db.close());
+  await server.close();
+});
