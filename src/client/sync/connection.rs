@@ -9,21 +9,31 @@ use std::rc::Rc;
 use js_sys::{Function, Reflect, Uint8Array};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{BinaryType, MessageEvent, WebSocket};
+use web_sys::{BinaryType, WebSocket};
 
 use super::Sync;
 use crate::client::error::ClientError;
 use hearth_core::protocol::codec::{decode_server, encode_client};
 use hearth_core::protocol::{ClientMessage, PROTOCOL_VERSION};
 
-/// Calls the global `setTimeout` (works in pages and workers).
+/// Calls the global `setTimeout` (works in pages and workers, and in Node, whose timer
+/// object converts to its numeric id, which `clearTimeout` takes too). `None` only when
+/// there is no timer: a caller keeps the closure alive while it is armed.
 pub(super) fn set_timeout(f: &Function, ms: f64) -> Option<f64> {
     let global = js_sys::global();
     let st: Function = Reflect::get(&global, &"setTimeout".into())
         .ok()?
         .dyn_into()
         .ok()?;
-    st.call2(&global, f, &JsValue::from_f64(ms)).ok()?.as_f64()
+    let timer = st.call2(&global, f, &JsValue::from_f64(ms)).ok()?;
+    timer.as_f64().or_else(|| {
+        let number: Function = Reflect::get(&global, &"Number".into())
+            .ok()?
+            .dyn_into()
+            .ok()?;
+        let id = number.call1(&JsValue::NULL, &timer).ok()?.as_f64()?;
+        (!id.is_nan()).then_some(id)
+    })
 }
 
 /// Cancels a `setTimeout` timer.
@@ -98,10 +108,12 @@ impl Sync {
         let w = Rc::downgrade(self);
         let onmessage = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
             let Some(s) = w.upgrade() else { return };
-            let Ok(e) = e.dyn_into::<MessageEvent>() else {
+            // The event's `data`, read by name: Node's `ws` sockets deliver events of their
+            // own class, not the global `MessageEvent`.
+            let Ok(data) = Reflect::get(&e, &"data".into()) else {
                 return;
             };
-            let bytes = Uint8Array::new(&e.data()).to_vec();
+            let bytes = Uint8Array::new(&data).to_vec();
             s.last_seen.set(js_sys::Date::now());
             match decode_server(&bytes) {
                 Ok(m) => s.clone().on_message(m),
