@@ -3,7 +3,7 @@
 // rollback of refused writes, and local query errors. Run: node --test pkg-tests/e2e/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertTrackers, assertTrackersClean, installTracker, useEnvironment } from './harness.mjs';
+import { assertTrackers, assertTrackersClean, installTracker, seedGroups, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
 const page = env.page;
@@ -16,11 +16,7 @@ test('seed 000: the instruments code runs unchanged and returns the seed results
     const { seed000 } = await import('/pkg-tests/e2e/seed000.js');
     return seed000(window.db, window.hearth.Timestamp);
   });
-  const groups = {};
-  let current;
-  for (const l of lines) {
-    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice('doc = '.length)).symbol);
-  }
+  const groups = seedGroups(lines);
   assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
   assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
   assert.deepEqual(groups['--- queryUSDInstruments: '], ['AAA', 'Index1 ETF']);
@@ -36,11 +32,7 @@ test('seed 000: the sharded variant runs unchanged', { timeout: 60000 }, async (
   });
   const docs = lines.filter((l) => l.startsWith('doc = ')).map((l) => JSON.parse(l.slice(6)));
   assert.ok(docs.every((d) => ['x', 'y', 'z'].includes(d.shard)), JSON.stringify(docs));
-  const groups = {};
-  let current;
-  for (const l of lines) {
-    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice(6)).symbol);
-  }
+  const groups = seedGroups(lines);
   assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
   assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
   // One sharded query in Hearth needs no client-side merging.

@@ -191,3 +191,13 @@ export async function signerIn(p, secret) {
     };
   }, secret);
 }
+
+/** Seed 000's printed lines grouped by the query that printed them: `{ '--- name: ': [symbol, ...] }`. */
+export function seedGroups(lines) {
+  const groups = {};
+  let current;
+  for (const l of lines) {
+    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice('doc = '.length)).symbol);
+  }
+  return groups;
+}

@@ -10,7 +10,7 @@ import { createHmac } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { root, startRelay } from './harness.mjs';
+import { root, seedGroups, startRelay } from './harness.mjs';
 
 globalThis.WebSocket ??= WebSocket;
 
@@ -44,11 +44,7 @@ test('server code in Node: a service token runs the seed code past the rules, li
     .onSnapshot((s) => seen.push(s.size), (e) => seen.push(`error ${e.code}`));
   const { seed000 } = await import(join(root, 'pkg-tests/e2e/seed000.js'));
   const lines = await seed000(db, hearth.Timestamp);
-  const groups = {};
-  let current;
-  for (const l of lines) {
-    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice('doc = '.length)).symbol);
-  }
+  const groups = seedGroups(lines);
   assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
   assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
   const server = await db.collection('instruments').get({ source: 'server' });

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { installCode, installTracker, assertTrackersClean, signerIn, startBrowser, useEnvironment } from './harness.mjs';
+import { installCode, installTracker, assertTrackersClean, seedGroups, signerIn, startBrowser, useEnvironment } from './harness.mjs';
 
 const SECRET = 'hearth-e2e-rules-client-secret';
 const SERVICE = 'hearth-e2e-rules-service-secret';
@@ -290,11 +290,7 @@ test("the seeds' server code runs unchanged under rules with a service token, an
     const { seed000 } = await import('/pkg-tests/e2e/seed000.js');
     return seed000(window.db, window.hearth.Timestamp);
   });
-  const groups = {};
-  let current;
-  for (const l of lines) {
-    if (l.startsWith('---')) { current = l; groups[current] = []; } else groups[current].push(JSON.parse(l.slice('doc = '.length)).symbol);
-  }
+  const groups = seedGroups(lines);
   assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
   assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
   const total = await server.evaluate(async () => {

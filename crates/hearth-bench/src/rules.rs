@@ -6,7 +6,6 @@
 //! baseline. The end-to-end cost shows in `ycsb`, `commit` and `fanout` run with
 //! `--relay-arg=--rules --relay-arg=FILE` beside the same runs without.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
@@ -14,7 +13,7 @@ use hearth_core::document::Document;
 use hearth_core::path::{CollectionPath, DocumentName};
 use hearth_core::query::model::{Operator, Query};
 use hearth_core::value::{Map, Timestamp, Value};
-use hearth_rules::{Auth, Method, Reader, Request, Ruleset};
+use hearth_rules::{Auth, Documents, Method, Request, Ruleset};
 use serde_json::json;
 
 use crate::cli::RulesArgs;
@@ -45,18 +44,6 @@ service cloud.firestore { match /databases/{database}/documents {
   }
 } }";
 
-/// The documents the `get()` calls read.
-struct Store(BTreeMap<DocumentName, Document>);
-
-impl Reader for Store {
-    fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
-        Ok(self.0.get(name).cloned())
-    }
-    fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {
-        self.get(name)
-    }
-}
-
 fn document(path: &str, fields: &[(&str, Value)]) -> Result<Document> {
     let name = DocumentName::parse(path).map_err(|e| anyhow!("{e}"))?;
     let fields: Map = fields
@@ -78,15 +65,11 @@ fn micros(mut ns: Vec<u64>) -> serde_json::Value {
 }
 
 pub(crate) fn rules(a: RulesArgs) -> Result<()> {
-    let store = Store(
-        [
-            document("users/u1", &[("active", Value::Boolean(true))])?,
-            document("restaurants/one", &[("open", Value::Boolean(true))])?,
-        ]
-        .into_iter()
-        .map(|d| (d.name.clone(), d))
-        .collect(),
-    );
+    // The documents the `get()` calls read.
+    let store = Documents::of([
+        document("users/u1", &[("active", Value::Boolean(true))])?,
+        document("restaurants/one", &[("open", Value::Boolean(true))])?,
+    ]);
     let rating = document(
         "restaurants/one/ratings/r1",
         &[

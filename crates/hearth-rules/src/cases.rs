@@ -13,7 +13,7 @@ use hearth_core::value::{GeoPoint, Map, Timestamp, Value};
 use serde::Deserialize;
 use serde_json::Value as Json;
 
-use crate::{Auth, Decision, Method, Reader, Request, Ruleset};
+use crate::{Auth, Decision, Documents, Method, Reader, Request, Ruleset};
 
 /// A case file.
 #[derive(Deserialize)]
@@ -161,10 +161,11 @@ fn run_case(
     for (path, fields) in file.documents.iter().chain(&case.documents) {
         let name = DocumentName::parse(path).map_err(|e| format!("document {path}: {e}"))?;
         if fields.is_null() {
-            docs.stored.remove(&name);
+            docs.stored.0.remove(&name);
         } else {
             let fields = map(fields).map_err(|e| format!("document {path}: {e}"))?;
             docs.stored
+                .0
                 .insert(name.clone(), Document::new(name, fields));
         }
     }
@@ -210,7 +211,7 @@ fn run_case(
     }
     let path = case.path.as_deref().ok_or("the case needs a `path`")?;
     let name = DocumentName::parse(path).map_err(|e| format!("path {path}: {e}"))?;
-    let before = docs.stored.get(&name).cloned();
+    let before = docs.stored.0.get(&name).cloned();
     let after = match method {
         Method::Create | Method::Update => {
             let data = case
@@ -242,13 +243,13 @@ fn run_case(
 /// The documents of a case; `getAfter()` sees the case's write applied.
 #[derive(Default)]
 struct Docs {
-    stored: BTreeMap<DocumentName, Document>,
+    stored: Documents,
     written: Option<(DocumentName, Option<Document>)>,
 }
 
 impl Reader for Docs {
     fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
-        Ok(self.stored.get(name).cloned())
+        self.stored.get(name)
     }
 
     fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {

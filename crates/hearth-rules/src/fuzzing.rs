@@ -9,14 +9,12 @@
 //! friends reading a fixed store. Checks: no panic; a parse error's line and column lie in
 //! the text; every decision ends (the step budget) and a denial explains itself.
 
-use std::collections::BTreeMap;
-
 use hearth_core::document::Document;
 use hearth_core::path::{CollectionPath, DocumentName, FieldPath};
 use hearth_core::query::model::{FieldFilter, Filter, Operator, Query};
 use hearth_core::value::{Map, Timestamp, Value};
 
-use crate::{Auth, Method, Reader, Request, Ruleset};
+use crate::{Auth, Documents, Method, Request, Ruleset};
 
 /// The fixed file an expression input is the condition of.
 const TEMPLATE: &str = "rules_version = '2';
@@ -32,17 +30,6 @@ service cloud.firestore {
     }
   }
 }";
-
-struct Store(BTreeMap<DocumentName, Document>);
-
-impl Reader for Store {
-    fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
-        Ok(self.0.get(name).cloned())
-    }
-    fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {
-        self.get(name)
-    }
-}
 
 fn doc(path: &str, fields: &[(&str, Value)]) -> Option<Document> {
     let name = DocumentName::parse(path).ok()?;
@@ -89,15 +76,13 @@ pub fn rules(data: &[u8]) {
             ("tags", Value::Array(vec![Value::String("x".into())])),
         ],
     );
-    let store = Store(
+    let store = Documents::of(
         [
             item.clone(),
             doc("admins/u1", &[("role", Value::String("admin".into()))]),
         ]
         .into_iter()
-        .flatten()
-        .map(|d| (d.name.clone(), d))
-        .collect(),
+        .flatten(),
     );
     let auth = Auth {
         uid: "u1".into(),

@@ -144,6 +144,28 @@ pub trait Reader {
     fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String>;
 }
 
+/// Documents held in memory, read as stored and after (a fixed store: rules tests, the
+/// fuzzer, benchmarks).
+#[derive(Default)]
+pub struct Documents(pub BTreeMap<DocumentName, Document>);
+
+impl Documents {
+    /// The store holding `docs`.
+    pub fn of(docs: impl IntoIterator<Item = Document>) -> Documents {
+        Documents(docs.into_iter().map(|d| (d.name.clone(), d)).collect())
+    }
+}
+
+impl Reader for Documents {
+    fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        Ok(self.0.get(name).cloned())
+    }
+
+    fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        self.get(name)
+    }
+}
+
 /// A decision, and what made it.
 #[derive(Clone, Debug)]
 pub struct Decision {

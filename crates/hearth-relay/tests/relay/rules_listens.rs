@@ -106,9 +106,9 @@ fn changes(messages: &[ServerMessage]) -> Vec<DocumentChange> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_document_made_unreadable_leaves_without_its_content() {
-    let dir = TempDir::new("rules-leave");
+/// A relay with `RULES` (kept in the returned directory) and a service client of `DB`.
+async fn start(tag: &str) -> (TempDir, Relay, Client) {
+    let dir = TempDir::new(tag);
     let rules = dir.file("firestore.rules", RULES);
     let relay = Relay::fresh(&[
         "--rules",
@@ -118,14 +118,16 @@ async fn a_document_made_unreadable_leaves_without_its_content() {
         "--service-secret",
         SERVICE,
     ]);
-    let service = within(Client::connect(
-        &relay.url(),
-        DB,
-        &unique("s"),
-        &token(SERVICE, "job"),
-    ))
-    .await
-    .unwrap();
+    let (url, id, token) = (relay.url(), unique("s"), token(SERVICE, "job"));
+    let service = within(Client::connect(&url, DB, &id, &token))
+        .await
+        .unwrap();
+    (dir, relay, service)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_made_unreadable_leaves_without_its_content() {
+    let (_dir, relay, service) = start("rules-leave").await;
     let post = |vis: &str, text: &str| {
         Mutation::set(
             name("posts/p1"),
@@ -187,24 +189,7 @@ async fn a_document_made_unreadable_leaves_without_its_content() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_the_rules_stop_allowing_ends_before_its_next_change() {
-    let dir = TempDir::new("rules-recheck");
-    let rules = dir.file("firestore.rules", RULES);
-    let relay = Relay::fresh(&[
-        "--rules",
-        rules.to_str().unwrap(),
-        "--auth-secret",
-        SECRET,
-        "--service-secret",
-        SERVICE,
-    ]);
-    let service = within(Client::connect(
-        &relay.url(),
-        DB,
-        &unique("s"),
-        &token(SERVICE, "job"),
-    ))
-    .await
-    .unwrap();
+    let (_dir, relay, service) = start("rules-recheck").await;
     let member = name("rooms/r1/members/bob");
     let message = |id: &str| {
         Mutation::set(
