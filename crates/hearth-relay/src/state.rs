@@ -262,10 +262,13 @@ impl Relay {
     /// reply ([`MAX_QUERY_RESULT_BYTES`]), before the rest of the result is read.
     pub fn query_for_reply(
         &self,
+        access: Option<&Access>,
         db: &Database,
         q: &Query,
     ) -> Result<(Vec<Document>, u64), QueryError> {
-        self.query_at_latest(db, q, Some(MAX_QUERY_RESULT_BYTES))
+        self.read_latest(db, access, q, |view, catalog| {
+            block_on_ready(run_query_within(view, catalog, q, MAX_QUERY_RESULT_BYTES))
+        })
     }
 
     /// Runs a query on the latest committed state: (documents, version).
@@ -274,46 +277,43 @@ impl Relay {
         db: &Database,
         q: &Query,
     ) -> Result<(Vec<Document>, u64), QueryError> {
-        self.query_at_latest(db, q, None)
-    }
-
-    /// Runs `q` on the latest committed state, its result bounded to `max_bytes` if given,
-    /// its scans to `--max-scan-rows`.
-    fn query_at_latest(
-        &self,
-        db: &Database,
-        q: &Query,
-        max_bytes: Option<usize>,
-    ) -> Result<(Vec<Document>, u64), QueryError> {
-        self.read_latest(db, |view, catalog| match max_bytes {
-            Some(max) => block_on_ready(run_query_within(view, catalog, q, max)),
-            None => block_on_ready(run_query(view, catalog, q)),
+        self.read_latest(db, None, q, |view, catalog| {
+            block_on_ready(run_query(view, catalog, q))
         })
     }
 
     /// Runs aggregations over `q` on the latest committed state: (values, version).
     pub fn aggregate_latest(
         &self,
+        access: Option<&Access>,
         db: &Database,
         q: &Query,
         aggs: &[Aggregation],
     ) -> Result<(Vec<Value>, u64), QueryError> {
-        self.read_latest(db, |view, catalog| {
+        self.read_latest(db, access, q, |view, catalog| {
             block_on_ready(run_aggregation(view, catalog, q, aggs))
         })
     }
 
     /// Runs `read` over database `db` at the latest committed state, its scans bounded by
-    /// `--max-scan-rows`: its result and the version read.
+    /// `--max-scan-rows`: its result and the version read. With `access`, the rules first
+    /// prove the list `q` allowed, their `get()`s reading the same snapshot.
     fn read_latest<T>(
         &self,
         db: &Database,
+        access: Option<&Access>,
+        q: &Query,
         read: impl FnOnce(&DatabaseView, &IndexCatalog) -> Result<T, QueryError>,
     ) -> Result<(T, u64), QueryError> {
         let snap = self.store.snapshot(db.name()).map_err(storage)?;
         let view = snap
             .database(db.name())
             .with_budget(self.config.max_scan_rows);
+        if let Some(access) = access {
+            access
+                .check_list(db.name(), q, &SnapshotReader { view: &view })
+                .map_err(QueryError::PermissionDenied)?;
+        }
         let version = view.version().map_err(storage)?;
         let catalog = db.catalog().clone();
         let result = read(&view, &catalog);

@@ -229,8 +229,7 @@ impl Connection {
                     let result = self
                         .relay
                         .blocking_read(&self.db, move |relay| {
-                            relay.check_list(access.as_ref(), &db, &q)?;
-                            relay.aggregate_latest(&db, &q, &aggs)
+                            relay.aggregate_latest(access.as_ref(), &db, &q, &aggs)
                         })
                         .await;
                     let result = match result {
@@ -349,8 +348,7 @@ impl Connection {
             let result = self
                 .relay
                 .blocking_read(&self.db, move |relay| {
-                    relay.check_list(access.as_ref(), &db, &qq)?;
-                    relay.query_for_reply(&db, &qq)
+                    relay.query_for_reply(access.as_ref(), &db, &qq)
                 })
                 .await?;
             attempt += 1;
