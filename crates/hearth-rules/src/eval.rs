@@ -22,6 +22,8 @@ pub const PARTIAL: &str = "\u{0}partial";
 const MAX_STEPS: u64 = 100_000;
 /// Deepest chain of function calls (Firebase's limit).
 const MAX_CALL_DEPTH: usize = 20;
+/// Most nested evaluations (an expression inside an expression, or inside a call) at once.
+const MAX_NESTING: usize = 160;
 /// Longest string or list an expression may build.
 const MAX_SIZE: usize = 100_000;
 
@@ -131,6 +133,8 @@ pub struct Env<'a> {
     pub steps: u64,
     /// Current call depth.
     pub depth: usize,
+    /// Current depth of nested evaluations (expressions within calls).
+    pub nesting: usize,
 }
 
 impl<'a> Env<'a> {
@@ -150,6 +154,7 @@ impl<'a> Env<'a> {
             reads_left: reads,
             steps: MAX_STEPS,
             depth: 0,
+            nesting: 0,
         }
     }
 
@@ -163,6 +168,20 @@ impl<'a> Env<'a> {
 
     /// The value of `e`.
     pub fn eval(&mut self, e: &Expr) -> R {
+        // Expressions nest up to the parser's limit inside calls up to theirs: the product
+        // is bounded too, so an evaluation fits a small thread stack.
+        if self.nesting >= MAX_NESTING {
+            return Err(format!(
+                "expressions and calls nested more than {MAX_NESTING} deep"
+            ));
+        }
+        self.nesting += 1;
+        let value = self.eval_inner(e);
+        self.nesting -= 1;
+        value
+    }
+
+    fn eval_inner(&mut self, e: &Expr) -> R {
         self.steps = self
             .steps
             .checked_sub(1)

@@ -25,7 +25,10 @@ fn regex(pattern: &str, whole: bool) -> Result<regex::Regex, Error> {
     } else {
         pattern.to_owned()
     };
+    // Nesting bounded well under the crate's default: its parser and translator recurse
+    // per level, and rules run on threads with small stacks.
     regex::RegexBuilder::new(&source)
+        .nest_limit(32)
         .size_limit(1 << 20)
         .build()
         .map_err(|e| format!("bad regular expression: {e}"))

@@ -1,7 +1,8 @@
 //! Replays the `rules` fuzzer's committed inputs on stable: every file of
 //! `fuzz/corpus/rules/` and `fuzz/artifacts/rules/`, the shipped rules files of `rules/`, and
 //! the generated seeds, through the function the libFuzzer target calls
-//! (`hearth_rules::fuzzing::rules`). A failure names the input (`docs/fuzzing.md`).
+//! (`hearth_rules::fuzzing::rules`). A failure names the input (`docs/fuzzing.md`); with
+//! `TRACE=1` (and `--nocapture`) each input is named before it runs, to find one that aborts.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -31,7 +32,12 @@ fn rules_corpus() {
     }
     let failed: Vec<&str> = inputs
         .iter()
-        .filter(|(_, bytes)| catch_unwind(AssertUnwindSafe(|| fuzzing::rules(bytes))).is_err())
+        .filter(|(n, bytes)| {
+            if std::env::var("TRACE").is_ok() {
+                eprintln!("{n}");
+            }
+            catch_unwind(AssertUnwindSafe(|| fuzzing::rules(bytes))).is_err()
+        })
         .map(|(name, _)| name.as_str())
         .collect();
     assert!(failed.is_empty(), "inputs that fail: {failed:#?}");

@@ -193,3 +193,42 @@ fn ranges_prove_what_they_imply_and_nothing_more() {
     let failed = failures(&format!("[{}]", cases.join(",")));
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// The deepest evaluation the limits allow (calls 20 deep, each body nested deep) fits in
+/// half the 2 MiB stack of the relay's threads, in a debug build: the nesting budget ends
+/// it with an error first. (Before the budget, a 2 MiB stack overflowed.)
+#[test]
+fn the_deepest_evaluation_fits_a_small_stack() {
+    use hearth_core::document::Document;
+    use hearth_core::path::DocumentName;
+    use hearth_rules::{Documents, Method, Request};
+    let bangs = "!".repeat(120);
+    let mut functions = String::new();
+    for i in 0..24 {
+        functions += &format!("function f{i}(x) {{ return {bangs}f{}(x); }}\n", i + 1);
+    }
+    functions += &format!("function f24(x) {{ return {bangs}x; }}\n");
+    let source = format!(
+        "rules_version = '2';\nservice cloud.firestore {{ match /databases/{{db}}/documents {{\n{functions}match /t/{{id}} {{ allow get: if f0(true) || f0(true); }} }} }}"
+    );
+    let rules = Ruleset::parse("deep.rules", &source).unwrap();
+    let done = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let doc = Document::new(DocumentName::parse("t/x").unwrap(), Default::default());
+            let req = Request {
+                database: "db",
+                method: Method::Get,
+                path: &doc.name,
+                auth: None,
+                time: Timestamp::new(0, 0).unwrap(),
+                resource: Some(&doc),
+                new_resource: None,
+            };
+            rules.evaluate(&req, &Documents::default(), 10).explanation
+        })
+        .unwrap()
+        .join();
+    let explanation = done.expect("no stack overflow");
+    assert!(explanation.contains("nested more than"), "{explanation}");
+}
