@@ -192,6 +192,11 @@ impl<'a> Env<'a> {
             Expr::Int(i, _) => Ok(Val::Int(*i)),
             Expr::Float(f, _) => Ok(Val::Float(*f)),
             Expr::Str(s, _) => Ok(Val::Str(s.clone())),
+            Expr::Ident(..) | Expr::Member(..) if self.lookup(e).is_some() => {
+                // A variable or a path of map keys into one: only the value reached is
+                // cloned, not the maps on the way (`request` holds whole documents).
+                Ok(self.lookup(e).cloned().unwrap_or(Val::Null))
+            }
             Expr::Ident(n, _) => match self.var(n) {
                 Some(v) => Ok(v.clone()),
                 None => Err(format!("`{n}` is not defined")),
@@ -280,6 +285,19 @@ impl<'a> Env<'a> {
                 Val::Unknown => Ok(Val::Unknown),
                 v => Err(format!("a condition must be a bool, not {}", type_name(&v))),
             },
+        }
+    }
+
+    /// The value `e` names when it is a variable or map keys into one, each present, by
+    /// reference; `None` for anything else (evaluated the general way).
+    fn lookup(&self, e: &Expr) -> Option<&Val> {
+        match e {
+            Expr::Ident(n, _) => self.var(n),
+            Expr::Member(target, name, _) => match self.lookup(target)? {
+                Val::Map(m) => m.get(name),
+                _ => None,
+            },
+            _ => None,
         }
     }
 
