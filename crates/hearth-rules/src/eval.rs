@@ -23,7 +23,7 @@ const MAX_STEPS: u64 = 100_000;
 /// Deepest chain of function calls (Firebase's limit).
 const MAX_CALL_DEPTH: usize = 20;
 /// Most nested evaluations (an expression inside an expression, or inside a call) at once.
-const MAX_NESTING: usize = 160;
+const MAX_NESTING: usize = 128;
 /// Longest string or list an expression may build.
 const MAX_SIZE: usize = 100_000;
 
@@ -135,6 +135,8 @@ pub struct Env<'a> {
     pub depth: usize,
     /// Current depth of nested evaluations (expressions within calls).
     pub nesting: usize,
+    /// Comparisons the list proof could not decide, each a filter that would decide it.
+    pub hints: Vec<crate::proof::Hint>,
 }
 
 impl<'a> Env<'a> {
@@ -155,6 +157,7 @@ impl<'a> Env<'a> {
             steps: MAX_STEPS,
             depth: 0,
             nesting: 0,
+            hints: Vec::new(),
         }
     }
 
@@ -249,7 +252,7 @@ impl<'a> Env<'a> {
             }
             Expr::Call(f, args, _) => self.call(f, args),
             Expr::Unary(op, a, _) => match (*op, self.eval(a)?) {
-                (_, Val::Unknown) => Ok(Val::Unknown),
+                (_, v) if v.is_unknown() => Ok(Val::Unknown),
                 ("!", Val::Bool(b)) => Ok(Val::Bool(!b)),
                 ("-", Val::Int(i)) => i.checked_neg().map(Val::Int).ok_or("int overflow".into()),
                 ("-", Val::Float(f)) => Ok(Val::Float(-f)),
@@ -267,7 +270,7 @@ impl<'a> Env<'a> {
             }
             Expr::Binary(op, a, b, _) => {
                 let (a, b) = (self.eval(a)?, self.eval(b)?);
-                binary(op, a, b)
+                self.binary_noting(op, a, b)
             }
             Expr::Is(a, ty, _) => {
                 let v = self.eval(a)?;
@@ -282,10 +285,23 @@ impl<'a> Env<'a> {
             Expr::Cond(c, a, b, _) => match self.eval(c)? {
                 Val::Bool(true) => self.eval(a),
                 Val::Bool(false) => self.eval(b),
-                Val::Unknown => Ok(Val::Unknown),
+                v if v.is_unknown() => Ok(Val::Unknown),
                 v => Err(format!("a condition must be a bool, not {}", type_name(&v))),
             },
         }
+    }
+
+    /// `a op b`; a comparison the list proof could not decide is noted with the filter
+    /// that would decide it. Kept out of `eval_inner`, whose frame every nesting level
+    /// pays for.
+    #[inline(never)]
+    fn binary_noting(&mut self, op: &str, a: Val, b: Val) -> R {
+        let hint = crate::proof::hint(op, &a, &b);
+        let value = binary(op, a, b)?;
+        if let (Some(h), true) = (hint, value.is_unknown()) {
+            self.hints.push(h);
+        }
+        Ok(value)
     }
 
     /// The value `e` names when it is a variable or map keys into one, each present, by
@@ -412,19 +428,57 @@ fn logic(a: R, b: R, or: bool) -> R {
         (_, Ok(Val::Bool(v))) if v == or => Ok(Val::Bool(or)),
         (Ok(Val::Bool(_)), Ok(Val::Bool(v))) => Ok(Val::Bool(v)),
         (Err(e), _) | (_, Err(e)) => Err(e),
-        (Ok(Val::Unknown), Ok(Val::Bool(_) | Val::Unknown))
-        | (Ok(Val::Bool(_)), Ok(Val::Unknown)) => Ok(Val::Unknown),
+        (Ok(a), Ok(b))
+            if (a.is_unknown() && (b.is_unknown() || matches!(b, Val::Bool(_))))
+                || (matches!(a, Val::Bool(_)) && b.is_unknown()) =>
+        {
+            Ok(Val::Unknown)
+        }
         _ => Err("`&&` and `||` need bools".into()),
     }
 }
 
+/// Field `name` of a partial document map (the list proof's): a value the query does not
+/// fix, named by its path for the denial's explanation.
+fn unfixed(m: &BTreeMap<String, Val>, name: &str) -> Val {
+    let mut field = match m.get(PARTIAL) {
+        Some(Val::Path(prefix)) => prefix.clone(),
+        _ => return Val::Unknown,
+    };
+    field.push(name.to_owned());
+    Val::Range(Box::new(crate::proof::Bounds {
+        field,
+        ..Default::default()
+    }))
+}
+
+/// Field `name` inside a field the query leaves open (unknown too).
+fn deeper(r: crate::proof::Bounds, name: &str) -> Val {
+    if r.field.is_empty()
+        || r != (crate::proof::Bounds {
+            field: r.field.clone(),
+            ..Default::default()
+        })
+    {
+        return Val::Unknown;
+    }
+    let mut field = r.field;
+    field.push(name.to_owned());
+    Val::Range(Box::new(crate::proof::Bounds {
+        field,
+        ..Default::default()
+    }))
+}
+
 fn member(t: Val, name: &str) -> R {
     match t {
-        Val::Map(m) if m.contains_key(PARTIAL) && !m.contains_key(name) => Ok(Val::Unknown),
+        Val::Map(m) if m.contains_key(PARTIAL) && !m.contains_key(name) => Ok(unfixed(&m, name)),
         Val::Map(mut m) => m
             .remove(name)
             .ok_or_else(|| format!("the map has no key `{name}`")),
         Val::Unknown => Ok(Val::Unknown),
+        // A field the query leaves open: so is any field inside it.
+        Val::Range(r) => Ok(deeper(*r, name)),
         Val::Null => Err(format!("`.{name}` of null")),
         v => Err(format!("`.{name}` of {}", type_name(&v))),
     }
@@ -432,9 +486,10 @@ fn member(t: Val, name: &str) -> R {
 
 fn index(t: Val, i: Val) -> R {
     match (t, i) {
-        (Val::Unknown, _) | (_, Val::Unknown) => Ok(Val::Unknown),
+        (Val::Range(r), Val::Str(k)) => Ok(deeper(*r, &k)),
+        (t, i) if t.is_unknown() || i.is_unknown() => Ok(Val::Unknown),
         (Val::Map(m), Val::Str(k)) if m.contains_key(PARTIAL) && !m.contains_key(&k) => {
-            Ok(Val::Unknown)
+            Ok(unfixed(&m, &k))
         }
         (Val::Map(mut m), Val::Str(k)) => m.remove(&k).ok_or_else(|| format!("no key `{k}`")),
         (Val::List(l), Val::Int(i)) => usize::try_from(i)

@@ -370,16 +370,34 @@ impl Ruleset {
             let mut env = Env::new(all, functions, reader, database, reads);
             match env.eval(condition) {
                 Ok(Val::Bool(true)) => return self.allowed(allow),
-                Ok(Val::Unknown) => unknown = Some(allow.pos.line),
+                Ok(v) if v.is_unknown() => {
+                    if unknown.is_none() {
+                        unknown = Some((allow.pos.line, env.hints));
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => errors.push(format!("{}:{}: {e}", self.name, allow.pos.line)),
             }
         }
         let explanation = if considered.is_empty() {
             format!("no rule allows {} on {path_text}", method.name())
-        } else if let Some(line) = unknown {
+        } else if let Some((line, hints)) = unknown {
+            let mut fix: Vec<String> = Vec::new();
+            for h in hints.iter().map(ToString::to_string) {
+                if !fix.contains(&h) {
+                    fix.push(h);
+                }
+            }
+            let fix = if fix.is_empty() {
+                "add filters that make it hold for every result".to_owned()
+            } else {
+                format!(
+                    "add filters that make it hold for every result, such as {}",
+                    fix.join(" or ")
+                )
+            };
             format!(
-                "the rule at {}:{line} depends on fields of the documents that the query does not fix: add filters that make it hold for every result",
+                "the rule at {}:{line} depends on fields of the documents that the query does not fix: {fix}",
                 self.name
             )
         } else if let Some(e) = errors.first() {
@@ -510,7 +528,7 @@ impl Ruleset {
         for k in 0..combinations.max(1) {
             // The `k`th combination of the fixed fields' values, as a partial document.
             let mut data: BTreeMap<String, Val> = BTreeMap::new();
-            data.insert(eval::PARTIAL.to_owned(), Val::Bool(true));
+            data.insert(eval::PARTIAL.to_owned(), Val::Path(Vec::new()));
             let mut rest = k;
             for (field, values) in &fixed {
                 let Some(v) = values.get(rest % values.len().max(1)) else {
@@ -520,7 +538,9 @@ impl Ruleset {
                 set_path(&mut data, field, from_value(v));
             }
             for (field, bounds) in &ranges {
-                set_path(&mut data, field, Val::Range(Box::new(bounds.clone())));
+                let mut bounds = bounds.clone();
+                bounds.field = field.clone();
+                set_path(&mut data, field, Val::Range(Box::new(bounds)));
             }
             let mut res = BTreeMap::new();
             res.insert("data".to_owned(), Val::Map(data));
@@ -557,21 +577,20 @@ impl Ruleset {
     }
 }
 
-/// Sets `data[path...] = v`, creating partial maps on the way.
+/// Sets `data[path...] = v`, creating partial maps on the way (each knowing its own path).
 fn set_path(data: &mut BTreeMap<String, Val>, path: &[String], v: Val) {
-    let Some((first, rest)) = path.split_first() else {
-        return;
-    };
-    if rest.is_empty() {
-        data.insert(first.clone(), v);
-        return;
-    }
-    let entry = data.entry(first.clone()).or_insert_with(|| {
-        let mut m = BTreeMap::new();
-        m.insert(eval::PARTIAL.to_owned(), Val::Bool(true));
-        Val::Map(m)
-    });
-    if let Val::Map(m) = entry {
-        set_path(m, rest, v);
+    let mut at = data;
+    for (i, segment) in path.iter().enumerate() {
+        if i + 1 == path.len() {
+            at.insert(segment.clone(), v);
+            return;
+        }
+        let entry = at.entry(segment.clone()).or_insert_with(|| {
+            let mut m = BTreeMap::new();
+            m.insert(eval::PARTIAL.to_owned(), Val::Path(path[..=i].to_vec()));
+            Val::Map(m)
+        });
+        let Val::Map(m) = entry else { return };
+        at = m;
     }
 }

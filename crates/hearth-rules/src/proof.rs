@@ -19,6 +19,85 @@ pub struct Bounds {
     pub hi: Option<(Val, bool)>,
     /// Values the field does not hold.
     pub not: Vec<Val>,
+    /// The field's path in the document (for explanations).
+    pub field: Vec<String>,
+}
+
+/// A comparison the list proof could not decide, as the query filter that would decide it:
+/// `where(field, op, value)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hint {
+    /// The document field.
+    pub field: Vec<String>,
+    /// The operator, with the field on the left.
+    pub op: &'static str,
+    /// The value compared with.
+    pub value: Val,
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "where('{}', '{}', {})",
+            self.field.join("."),
+            self.op,
+            literal(&self.value)
+        )
+    }
+}
+
+/// A value as the JavaScript literal an app would write in the filter.
+fn literal(v: &Val) -> String {
+    match v {
+        Val::Str(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
+        Val::Int(i) => i.to_string(),
+        Val::Float(x) => x.to_string(),
+        Val::Bool(b) => b.to_string(),
+        Val::Null => "null".into(),
+        Val::List(items) | Val::Set(items) => {
+            let items: Vec<String> = items.iter().map(literal).collect();
+            format!("[{}]", items.join(", "))
+        }
+        v => format!("<a {}>", crate::eval::type_name(v)),
+    }
+}
+
+/// The filter that would decide `a op b`, when one side is a field the query leaves open
+/// and the other a known value.
+pub fn hint(op: &str, a: &Val, b: &Val) -> Option<Hint> {
+    let (field, op, value) = match (a, b) {
+        (Val::Range(r), v) if !v.is_unknown() => (&r.field, op, v),
+        (v, Val::Range(r)) if !v.is_unknown() => (
+            &r.field,
+            match op {
+                "<" => ">",
+                ">" => "<",
+                "<=" => ">=",
+                ">=" => "<=",
+                "in" => "array-contains",
+                op => op,
+            },
+            v,
+        ),
+        _ => return None,
+    };
+    let op = match op {
+        "==" => "==",
+        "!=" => "!=",
+        "<" => "<",
+        "<=" => "<=",
+        ">" => ">",
+        ">=" => ">=",
+        "in" if matches!(value, Val::List(_) | Val::Set(_)) => "in",
+        "array-contains" => "array-contains",
+        _ => return None,
+    };
+    (!field.is_empty()).then(|| Hint {
+        field: field.clone(),
+        op,
+        value: value.clone(),
+    })
 }
 
 /// Whether a range filter on `v` tells its type: numbers, strings and timestamps.

@@ -232,3 +232,41 @@ fn the_deepest_evaluation_fits_a_small_stack() {
     let explanation = done.expect("no stack overflow");
     assert!(explanation.contains("nested more than"), "{explanation}");
 }
+
+/// A list refused because the rules are not filters names the filter that would prove it.
+#[test]
+fn a_refused_list_names_the_filter_that_would_prove_it() {
+    let source = r#"rules_version = '2';
+service cloud.firestore {
+  match /databases/{database}/documents {
+    function owns(data) { return request.auth != null && data.owner == request.auth.uid; }
+    match /notes/{n} { allow list: if owns(resource.data); }
+    match /people/{p} { allow list: if resource.data.profile.age >= 18; }
+    match /posts/{p} { allow list: if resource.data.status in ['live', 'pinned']; }
+    match /docs/{d} { allow list: if request.auth.uid in resource.data.readers; }
+  }
+}"#;
+    let failures = |collection: &str| {
+        let rules = Ruleset::parse("hints.rules", source).unwrap();
+        let file = parse(&format!(
+            r#"{{ "cases": [ {{ "name": "n", "auth": {{ "uid": "alice" }}, "method": "list",
+                "query": {{ "collection": "{collection}" }}, "expect": "allow" }} ] }}"#
+        ))
+        .unwrap();
+        let out = run(&rules, &file, Timestamp::new(0, 0).unwrap());
+        out.into_iter().next().unwrap().result.unwrap().explanation
+    };
+    for (collection, filter) in [
+        ("notes", "where('owner', '==', 'alice')"),
+        ("people", "where('profile.age', '>=', 18)"),
+        ("posts", "where('status', 'in', ['live', 'pinned'])"),
+        ("docs", "where('readers', 'array-contains', 'alice')"),
+    ] {
+        let explanation = failures(collection);
+        assert!(
+            explanation.contains(&format!("such as {filter}"))
+                && explanation.contains("hints.rules:"),
+            "{collection}: {explanation}"
+        );
+    }
+}
