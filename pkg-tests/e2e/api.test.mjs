@@ -165,7 +165,7 @@ test('Hearth.open: indexes (object and text) serve composite queries; clientId i
   await p.close();
 });
 
-test('Hearth.open: a token string the relay accepts authenticates; with one it refuses the database stays offline', { timeout: 60000 }, async () => {
+test('Hearth.open: a token string the relay accepts authenticates; one it refuses is surfaced as unauthenticated', { timeout: 60000 }, async () => {
   const secret = 'hearth-api-secret';
   const relay = await startRelay(['--auth-secret', secret]);
   try {
@@ -180,9 +180,9 @@ test('Hearth.open: a token string the relay accepts authenticates; with one it r
       const code = await window.code(() => refused.doc('t/1').get({ source: 'server' }), 15000);
       return { read, code };
     }, { url: relay.url, good: jwt(secret, { sub: 'u1', exp }), bad: jwt('another secret', { sub: 'u1', exp }) });
-    // A string cannot be asked again, so the client never gets a connection: like Firestore's
-    // client whose streams keep failing, it is offline and server reads fail with unavailable.
-    assert.deepEqual(r, { read: { v: 1 }, code: 'unavailable' });
+    // A string cannot be asked again: the refusal is final until setToken(), and server reads
+    // fail with it (they failed with unavailable while the client kept reconnecting).
+    assert.deepEqual(r, { read: { v: 1 }, code: 'unauthenticated' });
     await p.close();
   } finally {
     await relay.stop();
