@@ -49,13 +49,8 @@ test('seed 002: distributed counters count every increment', { timeout: 60000 },
   const p = await page();
   await open(p, 'seed002');
   const total = await p.evaluate(async () => {
-    const { counters } = await import('/pkg-tests/e2e/seed002.js');
-    const firebase = { firestore: { FieldValue: window.hearth.FieldValue } };
-    const { createCounter, incrementCounter, getCount } = counters(window.db, firebase);
-    const ref = window.db.collection('counters').doc('c1');
-    await createCounter(ref, 5);
-    await Promise.all(Array.from({ length: 40 }, () => incrementCounter(ref, 5)));
-    return getCount(ref);
+    const { countTo } = await import('/pkg-tests/e2e/seed002.js');
+    return countTo(window.db, window.hearth.FieldValue, 40);
   });
   assert.equal(total, 40);
   await p.close();

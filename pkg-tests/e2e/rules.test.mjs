@@ -294,13 +294,8 @@ test("the seeds' server code runs unchanged under rules with a service token, an
   assert.deepEqual(groups['--- queryCommonStock: '], ['BBB', 'AAA']);
   assert.deepEqual(groups['--- queryExchange1Instruments: '], ['AAA', 'Index1 ETF']);
   const total = await server.evaluate(async () => {
-    const { counters } = await import('/pkg-tests/e2e/seed002.js');
-    const firebase = { firestore: { FieldValue: window.hearth.FieldValue } };
-    const { createCounter, incrementCounter, getCount } = counters(window.db, firebase);
-    const ref = window.db.collection('counters').doc('c1');
-    await createCounter(ref, 5);
-    await Promise.all(Array.from({ length: 20 }, () => incrementCounter(ref, 5)));
-    return getCount(ref);
+    const { countTo } = await import('/pkg-tests/e2e/seed002.js');
+    return countTo(window.db, window.hearth.FieldValue, 20);
   });
   assert.equal(total, 20);
   await server.evaluate(() => window.db.close());

@@ -41,3 +41,13 @@ export function counters(db, firebase) {
 
   return { createCounter, incrementCounter, getCount };
 }
+
+/** Runs the seed's counter in `db` (Hearth's `FieldValue` as firebase's): creates counter
+ *  `counters/c1` with 5 shards, increments it `n` times concurrently, returns its count. */
+export async function countTo(db, FieldValue, n) {
+  const { createCounter, incrementCounter, getCount } = counters(db, { firestore: { FieldValue } });
+  const ref = db.collection('counters').doc('c1');
+  await createCounter(ref, 5);
+  await Promise.all(Array.from({ length: n }, () => incrementCounter(ref, 5)));
+  return getCount(ref);
+}
