@@ -16,13 +16,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redb::ReadableTable;
 use tokio::sync::oneshot;
 
-use super::store::{
-    change_time, db_prefix, encode_change_names, read_u64, Store, StoreError, BATCHES, CHANGELOG,
-    DOCUMENTS, INDEX, META,
-};
+use super::store::txn::WriteTxn;
+use super::store::{change_time, db_prefix, encode_change_names, Store, StoreError, Tab};
 pub use crate::idempotency::{batch_digest, BatchDigest};
 use crate::idempotency::{batch_key, BatchRecord};
 use crate::supervise::fault_point;
@@ -327,7 +324,7 @@ impl Committer {
     ) {
         let started = Instant::now();
         let mut dbs = self.dbs.lock().expect("committer db lock");
-        let outcome = apply_round(store.shard(self.shard), &mut dbs, &round, ROUND_BUDGET);
+        let outcome = apply_round(store, self.shard, &mut dbs, &round, ROUND_BUDGET);
         drop(dbs);
         let fsync = started.elapsed();
         match outcome {
@@ -343,8 +340,8 @@ impl Committer {
             }
             Err(e) => {
                 tracing::error!(error = %e, "group commit failed");
-                // The transaction was not committed: versions handed out are taken back.
-                self.reload_versions(store);
+                // The transaction was not committed: the next round starts from the heads
+                // it locks, so the versions handed out are taken back.
                 for (_, req) in round {
                     let _ = req.reply.send(Err(WriteError::new(
                         ErrorCode::Unavailable,
@@ -367,17 +364,6 @@ impl Committer {
             queue.push_front(req);
         }
     }
-
-    fn reload_versions(&self, store: &Store) {
-        if let Ok(list) = store.shard_databases(self.shard) {
-            let mut dbs = self.dbs.lock().expect("committer db lock");
-            for (name, v) in list {
-                if let Some(s) = dbs.get_mut(&name) {
-                    s.version = v;
-                }
-            }
-        }
-    }
 }
 
 pub(crate) fn now_micros() -> i64 {
@@ -393,22 +379,47 @@ type RoundResult = (Vec<Result<u64, WriteError>>, Vec<Committed>);
 /// stopping early (after at least one) once `budget` has passed: the results are those of
 /// the first batches, the rest are left for the caller to queue again.
 fn apply_round(
-    file: &redb::Database,
+    store: &Store,
+    shard: usize,
+    dbs: &mut HashMap<String, DbState>,
+    round: &[(String, WriteRequest)],
+    budget: Duration,
+) -> Result<RoundResult, StoreError> {
+    let mut out = None;
+    store.write(shard, true, &mut |w| {
+        out = Some(apply_in(w, dbs, round, budget)?);
+        Ok(())
+    })?;
+    Ok(out.expect("a committed round has its results"))
+}
+
+/// [`apply_round`]'s work in write transaction `w`. It starts from the heads it locks, not
+/// from what an earlier run left in `dbs`: a backend may run it again.
+fn apply_in(
+    w: &mut dyn WriteTxn,
     dbs: &mut HashMap<String, DbState>,
     round: &[(String, WriteRequest)],
     budget: Duration,
 ) -> Result<RoundResult, StoreError> {
     let started = Instant::now();
-    let mut txn = file.begin_write()?;
-    txn.set_durability(redb::Durability::Immediate)?;
     let mut results = Vec::with_capacity(round.len());
     let mut committed = Vec::new();
     {
-        let mut docs = txn.open_table(DOCUMENTS)?;
-        let mut index = txn.open_table(INDEX)?;
-        let mut changelog = txn.open_table(CHANGELOG)?;
-        let mut batches = txn.open_table(BATCHES)?;
-        let mut meta = txn.open_table(META)?;
+        // Every database of the round, its head locked (in name order, so two relays
+        // committing to the same databases never wait for each other in a cycle): from
+        // here on no other writer commits to it until this transaction ends.
+        let mut names: Vec<&String> = round.iter().map(|(db, _)| db).collect();
+        names.sort();
+        names.dedup();
+        for db in names {
+            let head = w.lock_head(db)?;
+            let state = dbs
+                .get_mut(db.as_str())
+                .expect("databases are registered before writes");
+            let (version, micros) = head.unwrap_or((0, 0));
+            state.version = version;
+            state.last_micros = state.last_micros.max(micros);
+        }
         let mut touched_versions: Vec<String> = Vec::new();
         for (db, req) in round {
             if !results.is_empty() && started.elapsed() >= budget {
@@ -420,11 +431,11 @@ fn apply_round(
                 .expect("databases are registered before writes");
             let prefix = db_prefix(db);
             let bkey = batch_key(db, &req.client_id, req.batch_id);
-            if let Some(v) = batches.get(bkey.as_slice())? {
+            if let Some(v) = w.get(Tab::Batches, &bkey)? {
                 tracing::trace!(database = %db, client = %req.client_id, batch = req.batch_id, "a retry of a committed batch");
                 // The id was used before: a retry of that batch gets the same answer and is
                 // applied once; a different batch under it is refused.
-                results.push(match BatchRecord::decode(v.value()) {
+                results.push(match BatchRecord::decode(&v) {
                     Ok(r) => r.answer(&req.digest, &req.client_id, req.batch_id),
                     Err(what) => Err(WriteError::new(
                         ErrorCode::DataLoss,
@@ -433,26 +444,23 @@ fn apply_round(
                 });
                 continue;
             }
-            let read_doc = |docs: &redb::Table<&[u8], &[u8]>,
-                            name: &DocumentName|
-             -> Result<Option<Document>, StoreError> {
-                let key = [prefix.as_slice(), &document_key(name)].concat();
-                match docs.get(key.as_slice())? {
-                    None => Ok(None),
-                    Some(v) => {
-                        decode_document(v.value())
+            let read_doc =
+                |w: &dyn WriteTxn, name: &DocumentName| -> Result<Option<Document>, StoreError> {
+                    let key = [prefix.as_slice(), &document_key(name)].concat();
+                    match w.get(Tab::Documents, &key)? {
+                        None => Ok(None),
+                        Some(v) => decode_document(&v)
                             .map(Some)
                             .map_err(|e| StoreError::Corrupt {
                                 db: db.clone(),
                                 what: e.to_string(),
-                            })
+                            }),
                     }
-                }
-            };
+                };
             // Transaction reads must be unchanged.
             let mut conflict = None;
             for (name, seen) in &req.reads {
-                let now = read_doc(&docs, name)?.map(|d| d.update_version);
+                let now = read_doc(&*w, name)?.map(|d| d.update_version);
                 if now != *seen {
                     conflict = Some(name.clone());
                     break;
@@ -461,19 +469,19 @@ fn apply_round(
             // A refusal is recorded under the batch id like a commit: a retry (the client
             // did not hear the answer) gets the same refusal instead of being applied after
             // the batches the client sent behind it.
-            let mut refuse = |e: WriteError| -> Result<WriteError, StoreError> {
+            let refuse = |w: &mut dyn WriteTxn, e: WriteError| -> Result<WriteError, StoreError> {
                 let record = BatchRecord {
                     version: state.version,
                     micros: now_micros().max(state.last_micros),
                     digest: Some(req.digest),
                     refused: Some((e.code, e.message.clone())),
                 };
-                batches.insert(bkey.as_slice(), record.encode().as_slice())?;
+                w.put(Tab::Batches, &bkey, &record.encode())?;
                 tracing::trace!(database = %db, client = %req.client_id, batch = req.batch_id, code = ?e.code, "refused");
                 Ok(e)
             };
             if let Some(name) = conflict {
-                results.push(Err(refuse(WriteError::new(
+                results.push(Err(refuse(w, WriteError::new(
                     ErrorCode::Aborted,
                     format!("transaction conflict: `{name}` changed since it was read; retry the transaction"),
                 ))?));
@@ -496,7 +504,7 @@ fn apply_round(
                 let pos = at.get(&m.name).copied();
                 let base = match pos {
                     Some(i) => overlay[i].2.clone(),
-                    None => read_doc(&docs, &m.name)?,
+                    None => read_doc(&*w, &m.name)?,
                 };
                 match m.apply(base.as_ref(), &ctx) {
                     Ok(new) => match pos {
@@ -513,17 +521,17 @@ fn apply_round(
                 }
             }
             if let Some(e) = failed {
-                results.push(Err(refuse(e)?));
+                results.push(Err(refuse(w, e)?));
                 continue;
             }
             // The security rules, per document, with the batch applied: all or nothing.
             if let Some(access) = &req.access {
-                let before = |name: &DocumentName| read_doc(&docs, name).map_err(|e| e.to_string());
+                let before = |name: &DocumentName| read_doc(&*w, name).map_err(|e| e.to_string());
                 if let Err(denied) = access.check_writes(db, &overlay, &before, ctx.commit_time) {
-                    results.push(Err(refuse(WriteError::new(
-                        ErrorCode::PermissionDenied,
-                        denied,
-                    ))?));
+                    results.push(Err(refuse(
+                        w,
+                        WriteError::new(ErrorCode::PermissionDenied, denied),
+                    )?));
                     continue;
                 }
             }
@@ -538,7 +546,7 @@ fn apply_round(
                 }
             }
             if let Some(e) = failed {
-                results.push(Err(refuse(e)?));
+                results.push(Err(refuse(w, e)?));
                 continue;
             }
             // The index entries each document change writes, within Firestore's limit per
@@ -572,40 +580,33 @@ fn apply_round(
                 ));
             }
             if let Some(e) = failed {
-                results.push(Err(refuse(e)?));
+                results.push(Err(refuse(w, e)?));
                 continue;
             }
             for (((name, _, _), bytes), diff) in overlay.iter().zip(encoded).zip(diffs) {
                 let key = [prefix.as_slice(), &document_key(name)].concat();
                 match bytes {
-                    Some(b) => {
-                        docs.insert(key.as_slice(), b.as_slice())?;
-                    }
-                    None => {
-                        docs.remove(key.as_slice())?;
-                    }
+                    Some(b) => w.put(Tab::Documents, &key, &b)?,
+                    None => w.delete(Tab::Documents, &key)?,
                 }
                 for k in diff.deletes {
-                    index.remove([prefix.as_slice(), &k].concat().as_slice())?;
+                    w.delete(Tab::Index, &[prefix.as_slice(), &k].concat())?;
                 }
                 for k in diff.inserts {
-                    index.insert([prefix.as_slice(), &k].concat().as_slice(), [].as_slice())?;
+                    w.put(Tab::Index, &[prefix.as_slice(), &k].concat(), &[])?;
                 }
             }
             let names: Vec<DocumentName> = overlay.iter().map(|(n, _, _)| n.clone()).collect();
             let mut ckey = prefix.clone();
             ckey.extend_from_slice(&version.to_be_bytes());
-            changelog.insert(
-                ckey.as_slice(),
-                encode_change_names(micros, &names).as_slice(),
-            )?;
+            w.put(Tab::Changelog, &ckey, &encode_change_names(micros, &names))?;
             let record = BatchRecord {
                 version,
                 micros,
                 digest: Some(req.digest),
                 refused: None,
             };
-            batches.insert(bkey.as_slice(), record.encode().as_slice())?;
+            w.put(Tab::Batches, &bkey, &record.encode())?;
             state.version = version;
             state.last_micros = micros;
             if !touched_versions.contains(db) {
@@ -621,74 +622,50 @@ fn apply_round(
         }
         for db in touched_versions {
             let s = &dbs[&db];
-            meta.insert(
-                format!("version/{db}").as_str(),
-                version_record(s.version, s.last_micros).as_slice(),
-            )?;
+            w.set_head(&db, s.version, s.last_micros)?;
         }
     }
-    txn.commit()?;
     Ok((results, committed))
 }
 
-/// A database's `meta` version record: its last commit version and that commit's time.
-fn version_record(version: u64, micros: i64) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&version.to_be_bytes());
-    out[8..].copy_from_slice(&micros.to_be_bytes());
-    out
-}
-
 /// Registers a database's state with the committer (before its first write), creating its
-/// version record so it is listed on restart. Its commit times go on from the latest one
-/// stored (the version record's, or the newest changelog record's), so they never go back
-/// across a restart, whatever the clock did.
+/// head so it is listed on restart, and returns its last commit version (the stored one
+/// when it exists: another relay may have created and written it). Its commit times go on
+/// from the latest one stored (the head's, or the newest changelog record's), so they
+/// never go back across a restart, whatever the clock did.
 pub fn register_database(
     store: &Store,
     committer: &Committer,
     db: &str,
     catalog: IndexCatalog,
-    version: u64,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     debug_assert_eq!(
         store.shard_index(db),
         committer.shard,
         "`{db}` is in another shard"
     );
     let mut dbs = committer.dbs.lock().expect("committer db lock");
-    if dbs.contains_key(db) {
-        return Ok(());
+    if let Some(s) = dbs.get(db) {
+        return Ok(s.version);
     }
-    let mut last_micros = 0;
-    let txn = store.file(db).begin_write()?;
-    {
-        let mut meta = txn.open_table(META)?;
-        let key = format!("version/{db}");
-        let stored = meta.get(key.as_str())?.map(|v| v.value().to_vec());
-        match stored {
-            Some(v) => {
-                // Records written before commit times were kept hold the version alone.
-                last_micros = v.get(8..).map_or(0, |t| read_u64(t) as i64);
-            }
+    let (mut version, mut last_micros) = (0, 0);
+    let json = catalog.file().to_json();
+    store.write_db(db, &mut |w| {
+        match w.head(db)? {
+            Some(head) => (version, last_micros) = head,
             None => {
-                meta.insert(key.as_str(), version_record(version, 0).as_slice())?;
-                meta.insert(
-                    format!("indexes/{db}").as_str(),
-                    catalog.file().to_json().as_bytes(),
-                )?;
+                (version, last_micros) = (0, 0);
+                w.set_head(db, 0, 0)?;
+                w.put_meta(&format!("indexes/{db}"), json.as_bytes())?;
             }
         }
-        let changelog = txn.open_table(CHANGELOG)?;
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
-        let newest = changelog
-            .range(prefix.as_slice()..end.as_slice())?
-            .next_back()
-            .transpose()?
-            .map(|(_, v)| change_time(v.value()));
+        let newest = w.range(Tab::Changelog, &prefix, &end, true, 1)?;
+        let newest = newest.first().map(|(_, v)| change_time(v));
         last_micros = last_micros.max(newest.unwrap_or(0));
-    }
-    txn.commit()?;
+        Ok(())
+    })?;
     dbs.insert(
         db.to_owned(),
         DbState {
@@ -697,5 +674,5 @@ pub fn register_database(
             last_micros,
         },
     );
-    Ok(())
+    Ok(version)
 }

@@ -126,15 +126,14 @@ impl Databases {
             held: Mutex::new(HashMap::new()),
         };
         let base = IndexCatalog::from_file(&config.indexes);
-        for (name, version) in store.databases()? {
+        for (name, _) in store.databases()? {
             store.roll_back_build(&name, BACKFILL_CHUNK)?;
             backfill_changed(store, metrics, &name, &base)?;
-            register_database(
+            let version = register_database(
                 store,
                 &committers[store.shard_index(&name)],
                 &name,
                 base.clone(),
-                version,
             )?;
             databases.lock().insert(
                 name.clone(),
@@ -192,8 +191,8 @@ impl Databases {
     }
 }
 
-/// Creates database `name` (empty, at version 0, with the configured indexes) and adds it
-/// to `dbs`.
+/// Creates database `name` (empty, at version 0, with the configured indexes; or opens it
+/// where another relay created it) and adds it to `dbs`.
 fn create(
     store: &Store,
     committers: &[Arc<Committer>],
@@ -202,14 +201,14 @@ fn create(
     name: &str,
 ) -> Result<Arc<Database>, StoreError> {
     let catalog = IndexCatalog::from_file(&config.indexes);
-    register_database(
+    // Another relay over the same PostgreSQL database may have created it already.
+    let version = register_database(
         store,
         &committers[store.shard_index(name)],
         name,
         catalog.clone(),
-        0,
     )?;
-    let db = Arc::new(Database::new(name.to_owned(), 0, catalog));
+    let db = Arc::new(Database::new(name.to_owned(), version, catalog));
     dbs.insert(name.to_owned(), db.clone());
     tracing::info!(database = %name, "database created");
     Ok(db)

@@ -9,13 +9,11 @@
 
 use std::time::Duration;
 
-use redb::ReadableTable;
-
 use hearth_core::encoding::key::prefix_end;
 
 use crate::commit::now_micros;
 use crate::idempotency::BatchRecord;
-use crate::store::{change_time, db_prefix, read_u64, Store, StoreError, BATCHES, CHANGELOG};
+use crate::store::{change_time, db_prefix, read_u64, Store, StoreError, Tab};
 
 /// [`prune_shard`] of every shard.
 #[cfg(test)]
@@ -26,6 +24,9 @@ pub fn prune(store: &Store, retention: Duration) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Most changelog records one prune removes per database: the rest waits for the next.
+const PRUNE_BATCH: usize = 10_000;
+
 /// Deletes, for every database of store shard `shard`, the changelog records older than
 /// `retention` that precede every younger one, and the batch records of the versions
 /// deleted, in one transaction.
@@ -33,41 +34,36 @@ pub fn prune_shard(store: &Store, shard: usize, retention: Duration) -> Result<(
     let retention = i64::try_from(retention.as_micros()).unwrap_or(i64::MAX);
     let cutoff = now_micros().saturating_sub(retention);
     let databases = store.shard_databases(shard)?;
-    let txn = store.shard(shard).begin_write()?;
-    {
-        let mut changelog = txn.open_table(CHANGELOG)?;
-        let mut batches = txn.open_table(BATCHES)?;
-        for (db, _) in databases {
-            let prefix = db_prefix(&db);
+    store.write(shard, false, &mut |w| {
+        for (db, _) in &databases {
+            let prefix = db_prefix(db);
             let end = prefix_end(&prefix).expect("a database prefix has an end");
-            // The last record of the prunable run at the changelog's start.
-            let mut last: Option<Vec<u8>> = None;
-            for row in changelog.range(prefix.as_slice()..end.as_slice())? {
-                let (k, v) = row?;
-                if change_time(v.value()) >= cutoff {
-                    break;
-                }
-                last = Some(k.value().to_vec());
-            }
-            let Some(last) = last else { continue };
+            // The prunable run at the changelog's start.
+            let rows = w.range(Tab::Changelog, &prefix, &end, false, PRUNE_BATCH)?;
+            let run = rows
+                .iter()
+                .take_while(|(_, v)| change_time(v) < cutoff)
+                .count();
+            let Some((last, _)) = run.checked_sub(1).map(|i| &rows[i]) else {
+                continue;
+            };
             let through = read_u64(&last[prefix.len()..]);
-            changelog.retain_in(prefix.as_slice()..=last.as_slice(), |_, _| false)?;
-            batches.retain_in(prefix.as_slice()..end.as_slice(), |_, v| {
+            let after_last = [last.as_slice(), &[0]].concat();
+            w.retain(Tab::Changelog, &prefix, &after_last, &mut |_, _| false)?;
+            w.retain(Tab::Batches, &prefix, &end, &mut |_, v| {
                 BatchRecord::version_of(v) > through
             })?;
         }
-    }
-    txn.commit()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::idempotency::{batch_key, BatchRecord};
-    use crate::store::{encode_change_names, META};
+    use crate::store::encode_change_names;
     use hearth_core::path::DocumentName;
-    use redb::ReadableDatabase;
 
     /// A store in a fresh temporary directory, removed on drop.
     struct Temp(std::path::PathBuf, Store);
@@ -85,19 +81,14 @@ mod tests {
             std::env::temp_dir().join(format!("hearth-retention-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Store::open(&dir).unwrap();
-        let txn = store.file("db").begin_write().unwrap();
-        {
-            let mut meta = txn.open_table(META).unwrap();
-            meta.insert("version/db", 4u64.to_be_bytes().as_slice())
-                .unwrap();
-            let mut changelog = txn.open_table(CHANGELOG).unwrap();
-            let mut batches = txn.open_table(BATCHES).unwrap();
+        let write = |w: &mut dyn crate::store::txn::WriteTxn| {
+            w.set_head("db", 4, 0)?;
             for (i, micros) in times.into_iter().enumerate() {
                 let version = i as u64 + 1;
                 let name = DocumentName::parse(&format!("c/d{version}")).unwrap();
                 let key = [db_prefix("db"), version.to_be_bytes().to_vec()].concat();
                 let record = encode_change_names(micros, &[name]);
-                changelog.insert(key.as_slice(), record.as_slice()).unwrap();
+                w.put(Tab::Changelog, &key, &record)?;
                 let batch = BatchRecord {
                     version,
                     micros,
@@ -105,33 +96,32 @@ mod tests {
                     refused: None,
                 };
                 let key = batch_key("db", "client", 100 + version);
-                batches
-                    .insert(key.as_slice(), batch.encode().as_slice())
-                    .unwrap();
+                w.put(Tab::Batches, &key, &batch.encode())?;
             }
-        }
-        txn.commit().unwrap();
+            Ok(())
+        };
+        store.write_db("db", &mut { write }).unwrap();
         Temp(dir, store)
     }
 
     /// The versions of the changelog and of the batch records left.
     fn left(store: &Store) -> (Vec<u64>, Vec<u64>) {
-        let txn = store.file("db").begin_read().unwrap();
-        let changelog = txn.open_table(CHANGELOG).unwrap();
-        let batches = txn.open_table(BATCHES).unwrap();
-        let rows = |t: &redb::ReadOnlyTable<&[u8], &[u8]>| -> Vec<(Vec<u8>, Vec<u8>)> {
-            t.iter()
-                .unwrap()
-                .map(|r| r.unwrap())
-                .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
-                .collect()
+        let txn = store.read("db").unwrap();
+        let rows = |t: Tab| {
+            let mut out = Vec::new();
+            crate::store::walk(txn.as_ref(), t, "db", |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+            out
         };
         (
-            rows(&changelog)
+            rows(Tab::Changelog)
                 .into_iter()
                 .map(|(k, _)| read_u64(&k[k.len() - 8..]))
                 .collect(),
-            rows(&batches)
+            rows(Tab::Batches)
                 .into_iter()
                 .map(|(_, v)| BatchRecord::version_of(&v))
                 .collect(),
@@ -169,13 +159,9 @@ mod tests {
     fn a_hole_in_the_changelog_refuses_a_delta_across_it() {
         let now = now_micros();
         let t = store("hole", [now; 4]);
-        let txn = t.1.file("db").begin_write().unwrap();
-        {
-            let mut changelog = txn.open_table(CHANGELOG).unwrap();
-            let key = [db_prefix("db"), 3u64.to_be_bytes().to_vec()].concat();
-            changelog.remove(key.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
+        let key = [db_prefix("db"), 3u64.to_be_bytes().to_vec()].concat();
+        t.1.write_db("db", &mut |w| w.delete(Tab::Changelog, &key))
+            .unwrap();
         let snap = t.1.snapshot("db").unwrap();
         let view = snap.database("db");
         assert_eq!(

@@ -1,0 +1,369 @@
+//! The embedded backend: redb files in the data directory, one per shard (`hearth.redb`,
+//! `hearth-1.redb`, ...), each database wholly in the shard its name hashes to
+//! ([`super::shard_of`]), each shard with its own writer. A database's head is its `meta`
+//! record `version/<db>`.
+
+use std::path::Path;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::txn::{Backend, ReadTxn, Rows, Tab, WriteFn, WriteTxn};
+use super::{read_u64, shard_of, StoreError, MAX_STORE_SHARDS};
+
+/// The redb table of [`Tab::Documents`].
+pub const DOCUMENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("documents");
+/// The redb table of [`Tab::Index`].
+pub const INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("index");
+/// The redb table of [`Tab::Changelog`].
+pub const CHANGELOG: TableDefinition<&[u8], &[u8]> = TableDefinition::new("changelog");
+/// The redb table of [`Tab::Batches`].
+pub const BATCHES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("batches");
+/// The redb `meta` table (heads are its `version/<db>` records).
+pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+fn def(t: Tab) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+    match t {
+        Tab::Documents => DOCUMENTS,
+        Tab::Index => INDEX,
+        Tab::Changelog => CHANGELOG,
+        Tab::Batches => BATCHES,
+    }
+}
+
+macro_rules! redb_err {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> StoreError {
+                StoreError::Redb(e.to_string())
+            }
+        }
+    )*};
+}
+redb_err!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+/// The `meta` record of shard 0 that says how many shards the store has (absent: one, the
+/// layout of stores made before shards).
+const SHARDS_RECORD: &str = "store/shards";
+
+/// The `meta` key of database `db`'s head.
+fn head_key(db: &str) -> String {
+    format!("version/{db}")
+}
+
+/// A head record: the last commit version and that commit's time. Records written before
+/// commit times were kept hold the version alone (8 bytes), and still load.
+fn decode_head(v: &[u8]) -> (u64, i64) {
+    (read_u64(v), v.get(8..).map_or(0, |t| read_u64(t) as i64))
+}
+
+/// The file name of shard `i` in the store's directory.
+pub fn shard_file_name(i: usize) -> String {
+    match i {
+        0 => "hearth.redb".to_owned(),
+        i => format!("hearth-{i}.redb"),
+    }
+}
+
+/// The redb files of a store directory.
+pub(super) struct Embedded {
+    shards: Vec<redb::Database>,
+    dir: String,
+}
+
+impl Embedded {
+    /// Opens (or creates, with `shards` shards: an existing store keeps its own number)
+    /// the store in `dir`, caching at most `cache_bytes` of its pages, shared out between
+    /// shards.
+    pub(super) fn open(
+        dir: &Path,
+        cache_bytes: usize,
+        shards: usize,
+        default_shards: usize,
+    ) -> Result<Embedded, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let first = dir.join(shard_file_name(0));
+        let wanted = shards.clamp(1, MAX_STORE_SHARDS);
+        let existing = first.exists();
+        let open = |path: std::path::PathBuf, cache: usize| -> Result<redb::Database, StoreError> {
+            let db = redb::Database::builder()
+                .set_cache_size(cache)
+                .create(path)?;
+            let txn = db.begin_write()?;
+            {
+                for t in [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches] {
+                    txn.open_table(def(t))?;
+                }
+                txn.open_table(META)?;
+            }
+            txn.commit()?;
+            Ok(db)
+        };
+        let zero = open(first, cache_bytes / wanted)?;
+        let n = if existing {
+            let txn = zero.begin_read()?;
+            let meta = txn.open_table(META)?;
+            let stored = meta.get(SHARDS_RECORD)?.map(|v| read_u64(v.value()));
+            match stored {
+                None => 1,
+                Some(n) if (1..=MAX_STORE_SHARDS as u64).contains(&n) => n as usize,
+                Some(n) => {
+                    return Err(StoreError::Corrupt {
+                        db: String::new(),
+                        what: format!("the store says it has {n} shards"),
+                    })
+                }
+            }
+        } else {
+            wanted
+        };
+        if existing && n != wanted && shards != default_shards {
+            tracing::warn!(
+                shards = n,
+                asked = shards,
+                "the store keeps the number of shards it was created with"
+            );
+        }
+        let mut all = vec![zero];
+        for i in 1..n {
+            let path = dir.join(shard_file_name(i));
+            if existing && !path.exists() {
+                return Err(StoreError::Corrupt {
+                    db: String::new(),
+                    what: format!("shard file {} is missing", path.display()),
+                });
+            }
+            all.push(open(path, cache_bytes / n)?);
+        }
+        if !existing {
+            // Written last: a store whose creation was cut short has no record, and is
+            // read as the one-shard layout it then is (its other files are empty).
+            let txn = all[0].begin_write()?;
+            txn.open_table(META)?
+                .insert(SHARDS_RECORD, (n as u64).to_be_bytes().as_slice())?;
+            txn.commit()?;
+        }
+        Ok(Embedded {
+            shards: all,
+            dir: dir.display().to_string(),
+        })
+    }
+}
+
+impl Backend for Embedded {
+    fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn shard_index(&self, db: &str) -> usize {
+        shard_of(db, self.shards.len())
+    }
+
+    fn read(&self, shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
+        let txn = self.shards[shard].begin_read()?;
+        Ok(Box::new(RedbRead {
+            tables: [
+                txn.open_table(DOCUMENTS)?,
+                txn.open_table(INDEX)?,
+                txn.open_table(CHANGELOG)?,
+                txn.open_table(BATCHES)?,
+            ],
+            meta: txn.open_table(META)?,
+        }))
+    }
+
+    fn write(&self, shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {
+        let mut txn = self.shards[shard].begin_write()?;
+        // Without `durable` no fsync of its own: the next durable commit makes it durable
+        // with everything before it.
+        txn.set_durability(if durable {
+            redb::Durability::Immediate
+        } else {
+            redb::Durability::None
+        })?;
+        {
+            let mut w = RedbWrite {
+                tables: [
+                    txn.open_table(DOCUMENTS)?,
+                    txn.open_table(INDEX)?,
+                    txn.open_table(CHANGELOG)?,
+                    txn.open_table(BATCHES)?,
+                ],
+                meta: txn.open_table(META)?,
+            };
+            work(&mut w)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn heads(&self, shard: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        let txn = self.shards[shard].begin_read()?;
+        let meta = txn.open_table(META)?;
+        let mut out = Vec::new();
+        for row in meta.range("version/".."version0")? {
+            let (k, v) = row?;
+            let name = k.value()["version/".len()..].to_owned();
+            out.push((name, read_u64(v.value())));
+        }
+        Ok(out)
+    }
+
+    fn describe(&self) -> String {
+        format!("redb ({} shards in {})", self.shards.len(), self.dir)
+    }
+}
+
+/// Reads `start..end` of a redb table, in either direction, at most `limit` rows.
+fn range_of<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    table: &T,
+    start: &[u8],
+    end: &[u8],
+    reverse: bool,
+    limit: usize,
+) -> Result<Rows, StoreError> {
+    if start >= end {
+        return Ok(Vec::new());
+    }
+    let iter = table.range(start..end)?;
+    let map = |row: Result<
+        (
+            redb::AccessGuard<'_, &'static [u8]>,
+            redb::AccessGuard<'_, &'static [u8]>,
+        ),
+        redb::StorageError,
+    >| {
+        row.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+            .map_err(StoreError::from)
+    };
+    if reverse {
+        iter.rev().take(limit).map(map).collect()
+    } else {
+        iter.take(limit).map(map).collect()
+    }
+}
+
+/// A redb read transaction's tables.
+struct RedbRead {
+    /// Indexed by [`Tab`].
+    tables: [redb::ReadOnlyTable<&'static [u8], &'static [u8]>; 4],
+    meta: redb::ReadOnlyTable<&'static str, &'static [u8]>,
+}
+
+impl ReadTxn for RedbRead {
+    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.tables[t as usize]
+            .get(key)?
+            .map(|v| v.value().to_vec()))
+    }
+
+    fn range(
+        &self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        range_of(&self.tables[t as usize], start, end, reverse, limit)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.meta.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        Ok(self.meta(&head_key(db))?.map(|v| decode_head(&v)))
+    }
+}
+
+/// A redb write transaction's open tables.
+struct RedbWrite<'t> {
+    /// Indexed by [`Tab`].
+    tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 4],
+    meta: redb::Table<'t, &'static str, &'static [u8]>,
+}
+
+impl ReadTxn for RedbWrite<'_> {
+    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.tables[t as usize]
+            .get(key)?
+            .map(|v| v.value().to_vec()))
+    }
+
+    fn range(
+        &self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        range_of(&self.tables[t as usize], start, end, reverse, limit)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.meta.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        Ok(self.meta(&head_key(db))?.map(|v| decode_head(&v)))
+    }
+}
+
+impl WriteTxn for RedbWrite<'_> {
+    fn put(&mut self, t: Tab, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.tables[t as usize].insert(key, value)?;
+        Ok(())
+    }
+
+    fn delete(&mut self, t: Tab, key: &[u8]) -> Result<(), StoreError> {
+        self.tables[t as usize].remove(key)?;
+        Ok(())
+    }
+
+    fn retain(
+        &mut self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        keep: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        if start < end {
+            self.tables[t as usize].retain_in(start..end, |k, v| keep(k, v))?;
+        }
+        Ok(())
+    }
+
+    fn put_meta(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.meta.insert(key, value)?;
+        Ok(())
+    }
+
+    fn delete_meta(&mut self, key: &str) -> Result<(), StoreError> {
+        self.meta.remove(key)?;
+        Ok(())
+    }
+
+    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        // The shard's one writer is the lock.
+        self.head(db)
+    }
+
+    fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError> {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&version.to_be_bytes());
+        out[8..].copy_from_slice(&micros.to_be_bytes());
+        self.put_meta(&head_key(db), &out)
+    }
+}

@@ -1,0 +1,503 @@
+//! The relay's embedded store: every database's documents, index entries, changelog,
+//! write-idempotency records and metadata, in shards: redb files `hearth.redb`,
+//! `hearth-1.redb`, ... (`store/shards` in the first one's `meta` says how many; a store
+//! without it has one), each database wholly in the shard its name hashes to
+//! ([`shard_of`]). Every shard has the same tables:
+//!
+//! ```text
+//! table       key                                        value
+//! documents   db · document_key(name)                    encoded document
+//! index       db · index entry key                       (empty)
+//! changelog   db · version(u64 BE)                       commit time µs(i64 BE) · names
+//! batches     db · string(client_id) · batch_id(u64 BE)  version(u64 BE) · commit time µs
+//!                                                        · digest (`crate::idempotency`)
+//! meta        "version/<db>"                              last commit version (u64 BE) ·
+//!                                                        its commit time µs (i64 BE)
+//!             "indexes/<db>"                              index file JSON the entries follow
+//!             "building/<db>"                             index file JSON of an index build
+//!                                                        under way (`crate::indexes`)
+//! ```
+//! `db` is the database name written as an escaped, terminated key string, so one database's
+//! rows are one contiguous key range in every table. Keys after `db` are the core's
+//! (`core::index::keys`), which is why the same query engine runs here and in IndexedDB.
+//!
+//! Every commit version has one changelog record (its changed names, possibly none), and
+//! pruning takes records from the oldest on (`crate::retention`): the changelog covers
+//! every commit after the version before its first record. Records written before the
+//! version record kept its commit time hold the version alone (8 bytes), and still load.
+//!
+//! Architecture invariant: documents and their index entries change only together, in one
+//! write transaction, so a crash leaves them consistent (`hearth-relay check` verifies it).
+
+mod embedded;
+mod pg_listen;
+mod postgres;
+pub mod txn;
+mod view;
+
+use std::path::Path;
+
+use hearth_core::encoding::document::decode_document;
+use hearth_core::encoding::key::{prefix_end, write_string, Direction, KeyReader};
+use hearth_core::index::config::{parse_index_file, IndexFile};
+use hearth_core::index::def::IndexCatalog;
+use hearth_core::index::keys::{document_entries, document_key};
+use hearth_core::path::DocumentName;
+
+pub use embedded::{shard_file_name, BATCHES, CHANGELOG, DOCUMENTS, INDEX, META};
+pub use txn::Tab;
+use txn::{Backend, ReadTxn, WriteFn};
+use view::PAGE;
+pub use view::{DatabaseView, Snapshot};
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The data directory could not be created.
+    #[error("cannot open the data directory {path}: {source}")]
+    Open {
+        /// The directory, as given.
+        path: String,
+        /// Why it could not be created.
+        source: std::io::Error,
+    },
+    /// redb failed (I/O, a full disk, a corrupt file).
+    #[error("storage error: {0}")]
+    Redb(String),
+    /// PostgreSQL failed, or could not be reached: the outcome of a write that failed
+    /// this way is unknown until read back.
+    #[error("PostgreSQL error: {0}")]
+    Postgres(String),
+    /// PostgreSQL could not serialize a transaction with concurrent ones (it is run again
+    /// a number of times before this reaches a caller).
+    #[error("PostgreSQL could not serialize the transaction: {0}")]
+    Serialization(String),
+    /// A stored record does not decode.
+    #[error("corrupt data in database `{db}`: {what}")]
+    Corrupt {
+        /// The database the record belongs to.
+        db: String,
+        /// Which record, and what is wrong with it.
+        what: String,
+    },
+}
+
+/// The store's page cache unless configured (`--cache-mib`): redb's default, 1 GiB.
+pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
+/// The key prefix of database `db` in every table.
+pub fn db_prefix(db: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(db.len() + 2);
+    write_string(db, Direction::Ascending, &mut out);
+    out
+}
+
+/// Whether `name` is an acceptable database name: 1 to 64 of `[A-Za-z0-9_-]`.
+pub fn valid_database_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Shards of a store created without `--store-shards`.
+pub const DEFAULT_STORE_SHARDS: usize = 8;
+
+/// Most shards a store may have.
+pub const MAX_STORE_SHARDS: usize = 64;
+
+/// The shard database `db` lives in, of `n`: FNV-1a of its name, so it never changes
+/// with the build or the platform.
+pub fn shard_of(db: &str, n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in db.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % n.max(1) as u64) as usize
+}
+
+/// The open store: its databases spread over the backend's shards (redb: one file each;
+/// PostgreSQL: one), each shard with its own writer.
+pub struct Store {
+    /// Where the state lives.
+    backend: Box<dyn Backend>,
+}
+
+impl Store {
+    /// Opens (or creates, with [`DEFAULT_STORE_SHARDS`] shards) the embedded store in
+    /// directory `dir`, with redb's default page cache.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with(dir, DEFAULT_CACHE_BYTES, DEFAULT_STORE_SHARDS)
+    }
+
+    /// Opens the embedded store in directory `dir`, or creates it with `shards` shards (an
+    /// existing store keeps its own number), caching at most `cache_bytes` of its pages in
+    /// memory (the bulk of the relay's resident memory under load), shared out between
+    /// shards.
+    pub fn open_with(dir: &Path, cache_bytes: usize, shards: usize) -> Result<Store, StoreError> {
+        let backend = embedded::Embedded::open(dir, cache_bytes, shards, DEFAULT_STORE_SHARDS)?;
+        Ok(Store {
+            backend: Box::new(backend),
+        })
+    }
+
+    /// The store over `backend`.
+    pub fn with_backend(backend: Box<dyn Backend>) -> Store {
+        Store { backend }
+    }
+
+    /// Connects to the PostgreSQL database at `url` with at most `pool_size` pooled
+    /// connections, creating or migrating its schema: a store other relays may share.
+    pub fn postgres(url: &str, pool_size: usize) -> Result<Store, StoreError> {
+        Ok(Store {
+            backend: Box::new(postgres::Postgres::connect(url, pool_size)?),
+        })
+    }
+
+    /// Whether the store answers now.
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.backend.ping()
+    }
+
+    /// See [`Backend::watch`].
+    pub fn watch(&self, watcher: txn::Watcher) -> bool {
+        self.backend.watch(watcher)
+    }
+
+    /// What the store is, for logs and `/healthz`.
+    pub fn describe(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// How many shards the store has.
+    pub fn shard_count(&self) -> usize {
+        self.backend.shard_count()
+    }
+
+    /// The shard database `db` lives in.
+    pub fn shard_index(&self, db: &str) -> usize {
+        self.backend.shard_index(db)
+    }
+
+    /// Runs `work` in a write transaction of shard `shard` (see [`Backend::write`]).
+    pub fn write(&self, shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {
+        self.backend.write(shard, durable, work)
+    }
+
+    /// Runs `work` in a write transaction of the shard database `db` lives in, durable
+    /// when it returns.
+    pub(crate) fn write_db(&self, db: &str, work: WriteFn<'_>) -> Result<(), StoreError> {
+        self.write(self.shard_index(db), true, work)
+    }
+
+    /// A consistent read of the shard database `db` lives in.
+    pub(crate) fn read(&self, db: &str) -> Result<Box<dyn ReadTxn>, StoreError> {
+        self.backend.read(self.shard_index(db))
+    }
+
+    /// Every database with its last commit version.
+    pub fn databases(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for i in 0..self.shard_count() {
+            out.extend(self.shard_databases(i)?);
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every database of shard `i` with its last commit version.
+    pub fn shard_databases(&self, i: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        self.backend.heads(i)
+    }
+
+    /// The index file a database's entries were last built for, if any.
+    pub fn stored_indexes(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
+        self.index_file_record(db, "indexes", "stored index definitions")
+    }
+
+    /// The index file in `db`'s `meta` record `<kind>/<db>`, if any (`what` names it in
+    /// the error when it does not parse).
+    fn index_file_record(
+        &self,
+        db: &str,
+        kind: &str,
+        what: &str,
+    ) -> Result<Option<IndexFile>, StoreError> {
+        let Some(v) = self.read(db)?.meta(&format!("{kind}/{db}"))? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(&v).into_owned();
+        parse_index_file(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt {
+                db: db.to_owned(),
+                what: format!("{what}: {e}"),
+            })
+    }
+
+    /// A consistent read-only view of database `db` (and of the others in its shard).
+    pub fn snapshot(&self, db: &str) -> Result<Snapshot, StoreError> {
+        let shard = self.shard_index(db);
+        Ok(Snapshot {
+            shard,
+            shards: self.shard_count(),
+            txn: self.backend.read(shard)?,
+        })
+    }
+
+    /// Rebuilds `db`'s index entries for `new` definitions where they differ from `old`,
+    /// document by document, in transactions of `chunk` documents. `progress(done, total)`
+    /// is called after each chunk. The stored definitions are updated at the end.
+    ///
+    /// Rerunning it after a crash midway is harmless: entries are derived from the
+    /// documents, inserting one that exists or removing one that does not changes nothing.
+    pub fn backfill(
+        &self,
+        db: &str,
+        old: &IndexCatalog,
+        new: &IndexCatalog,
+        chunk: usize,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<(), StoreError> {
+        let total = self.document_count(db)?;
+        let mut done = 0u64;
+        let mut from = None;
+        loop {
+            let step = self.backfill_chunk(db, old, new, from.as_deref(), chunk)?;
+            done += step.documents as u64;
+            progress(done, total);
+            match step.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        let json = new.file().to_json();
+        self.write_db(db, &mut |w| {
+            w.put_meta(&format!("indexes/{db}"), json.as_bytes())
+        })
+    }
+
+    /// How many documents database `db` holds (a scan of its documents' keys).
+    pub fn document_count(&self, db: &str) -> Result<u64, StoreError> {
+        let mut n = 0u64;
+        walk(self.read(db)?.as_ref(), Tab::Documents, db, |_, _| {
+            n += 1;
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    /// One step of a backfill from `old` to `new` definitions: the index entries of at
+    /// most `chunk` of `db`'s documents, from document key `from` (`None`: the first), in
+    /// one write transaction. Commits may run between steps as long as they maintain `new`'s
+    /// indexes: each step derives the entries from the documents as they are then.
+    pub fn backfill_chunk(
+        &self,
+        db: &str,
+        old: &IndexCatalog,
+        new: &IndexCatalog,
+        from: Option<&[u8]>,
+        chunk: usize,
+    ) -> Result<BackfillStep, StoreError> {
+        let prefix = db_prefix(db);
+        let end = prefix_end(&prefix).expect("a database prefix has an end");
+        let from = from.unwrap_or(&prefix).to_vec();
+        let mut step = BackfillStep {
+            documents: 0,
+            next: None,
+        };
+        // No fsync of its own: the next durable commit (the next round, or the build's end)
+        // makes it durable with everything before it, and a crash before that leaves a
+        // build that is rolled back from the documents anyway.
+        self.write(self.shard_index(db), false, &mut |w| {
+            let rows = w.range(Tab::Documents, &from, &end, false, chunk)?;
+            let mut changes = Vec::new();
+            for (_, v) in &rows {
+                let doc = decode_document(v).map_err(|e| StoreError::Corrupt {
+                    db: db.to_owned(),
+                    what: e.to_string(),
+                })?;
+                let before = document_entries(old, &doc);
+                let after = document_entries(new, &doc);
+                for key in before.difference(&after) {
+                    changes.push(([prefix.as_slice(), key].concat(), false));
+                }
+                for key in after.difference(&before) {
+                    changes.push(([prefix.as_slice(), key].concat(), true));
+                }
+            }
+            for (key, insert) in changes {
+                match insert {
+                    true => w.put(Tab::Index, &key, &[])?,
+                    false => w.delete(Tab::Index, &key)?,
+                }
+            }
+            step = BackfillStep {
+                documents: rows.len(),
+                // The smallest key after the last one done.
+                next: rows.last().filter(|_| rows.len() == chunk).map(|(k, _)| {
+                    let mut k = k.clone();
+                    k.push(0);
+                    k
+                }),
+            };
+            Ok(())
+        })?;
+        Ok(step)
+    }
+
+    /// The index definitions of a build of `db`'s indexes that started and has not
+    /// finished (see [`Store::begin_build`]), if any.
+    pub fn interrupted_build(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
+        self.index_file_record(db, "building", "definitions of an index build")
+    }
+
+    /// Records that `db`'s index entries are being built for `target` (a superset of the
+    /// stored definitions), before the first entry is written: after a crash, the next
+    /// start finds the record and removes what the build wrote ([`Store::roll_back_build`]).
+    pub fn begin_build(&self, db: &str, target: &IndexCatalog) -> Result<(), StoreError> {
+        let json = target.file().to_json();
+        self.write_db(db, &mut |w| {
+            w.put_meta(&format!("building/{db}"), json.as_bytes())
+        })
+    }
+
+    /// Ends a build: `db`'s entries now follow `built`, which becomes its stored index
+    /// definitions, and the build record is removed, in one transaction.
+    pub fn end_build(&self, db: &str, built: &IndexCatalog) -> Result<(), StoreError> {
+        let json = built.file().to_json();
+        self.write_db(db, &mut |w| {
+            w.put_meta(&format!("indexes/{db}"), json.as_bytes())?;
+            w.delete_meta(&format!("building/{db}"))
+        })
+    }
+
+    /// Removes the entries an interrupted build of `db`'s indexes wrote (every entry of its
+    /// target's indexes that the stored definitions lack, derived from the documents), and
+    /// its record. Nothing to do without one.
+    pub fn roll_back_build(&self, db: &str, chunk: usize) -> Result<(), StoreError> {
+        let Some(target) = self.interrupted_build(db)? else {
+            return Ok(());
+        };
+        let stored = self.stored_indexes(db)?.unwrap_or_default();
+        tracing::warn!(database = %db, "an index build was interrupted: removing its entries");
+        let target = IndexCatalog::from_file(&target);
+        let stored = IndexCatalog::from_file(&stored);
+        self.backfill(db, &target, &stored, chunk, |_, _| {})?;
+        self.end_build(db, &stored)
+    }
+
+    /// Checks that `db`'s index table holds exactly the entries its documents produce under
+    /// `catalog`. Returns the problems found (empty when consistent).
+    pub fn check(&self, db: &str, catalog: &IndexCatalog) -> Result<Vec<String>, StoreError> {
+        let prefix = db_prefix(db);
+        let txn = self.read(db)?;
+        let mut expected = std::collections::BTreeSet::new();
+        let mut problems = Vec::new();
+        if txn.meta(&format!("building/{db}"))?.is_some() {
+            problems.push(
+                "an index build was interrupted (the relay removes its entries when it next starts)"
+                    .to_owned(),
+            );
+        }
+        walk(txn.as_ref(), Tab::Documents, db, |k, v| {
+            match decode_document(v) {
+                Ok(doc) => {
+                    if document_key(&doc.name) != k[prefix.len()..] {
+                        problems.push(format!("document `{}` stored under another key", doc.name));
+                    }
+                    expected.extend(document_entries(catalog, &doc));
+                }
+                Err(e) => problems.push(format!("undecodable document: {e}")),
+            }
+            Ok(())
+        })?;
+        let mut actual = std::collections::BTreeSet::new();
+        walk(txn.as_ref(), Tab::Index, db, |k, _| {
+            actual.insert(k[prefix.len()..].to_vec());
+            Ok(())
+        })?;
+        let missing = expected.difference(&actual).count();
+        let extra = actual.difference(&expected).count();
+        if missing > 0 {
+            problems.push(format!("{missing} index entries missing"));
+        }
+        if extra > 0 {
+            problems.push(format!("{extra} index entries without a document"));
+        }
+        Ok(problems)
+    }
+}
+
+/// Calls `each` with every row of database `db` in table `t`, in key order, reading a page
+/// at a time.
+pub(crate) fn walk(
+    txn: &dyn ReadTxn,
+    t: Tab,
+    db: &str,
+    mut each: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let mut from = db_prefix(db);
+    let end = prefix_end(&from).expect("a database prefix has an end");
+    loop {
+        let rows = txn.range(t, &from, &end, false, PAGE)?;
+        for (k, v) in &rows {
+            each(k, v)?;
+        }
+        match rows.last() {
+            Some((k, _)) if rows.len() == PAGE => {
+                from = k.clone();
+                from.push(0);
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// What one [`Store::backfill_chunk`] did.
+#[derive(Debug)]
+pub struct BackfillStep {
+    /// Documents whose entries it wrote.
+    pub documents: usize,
+    /// Where the next step starts; `None`: the backfill is complete.
+    pub next: Option<Vec<u8>>,
+}
+
+pub(crate) fn read_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    let n = b.len().min(8);
+    a[..n].copy_from_slice(&b[..n]);
+    u64::from_be_bytes(a)
+}
+
+/// A changelog record's names: count(u32 BE) then each name as key segments.
+pub fn encode_change_names(commit_micros: i64, names: &[DocumentName]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&commit_micros.to_be_bytes());
+    out.extend_from_slice(&(names.len() as u32).to_be_bytes());
+    for n in names {
+        hearth_core::encoding::key::write_segments(n.segments(), &mut out);
+    }
+    out
+}
+
+fn decode_change_names(b: &[u8]) -> Result<Vec<DocumentName>, String> {
+    if b.len() < 12 {
+        return Err("changelog record too short".into());
+    }
+    let count = u32::from_be_bytes([b[8], b[9], b[10], b[11]]) as usize;
+    let mut r = KeyReader::new(&b[12..]);
+    let mut out = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let segs = r.segments().map_err(|e| e.to_string())?;
+        out.push(DocumentName::from_segments(segs).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// Commit time of a changelog record, in microseconds since the epoch.
+pub fn change_time(b: &[u8]) -> i64 {
+    read_u64(b) as i64
+}

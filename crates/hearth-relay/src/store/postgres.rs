@@ -1,0 +1,736 @@
+//! The PostgreSQL backend: several relays share one PostgreSQL database as their store.
+//!
+//! ```text
+//! table              key (bytea, or text COLLATE "C")        value
+//! hearth_documents   db · document_key(name)                  encoded document
+//! hearth_index       db · index entry key                     (empty)
+//! hearth_changelog   db · version(u64 BE)                     commit time µs · names
+//! hearth_batches     db · string(client_id) · batch_id        idempotency record
+//! hearth_meta        "indexes/<db>", "building/<db>"          index file JSON
+//! hearth_heads       db (text)                                version bigint, commit_micros bigint
+//! hearth_migrations  version int                              applied_at
+//! ```
+//! Keys are Hearth's order-preserving encodings, so `bytea` order (bytewise) is Hearth's key
+//! order and a plan's range scan is `WHERE key >= $1 AND key < $2 ORDER BY key LIMIT $3`:
+//! the query engine stays Hearth's own, never translated to SQL.
+//!
+//! A write transaction is `READ COMMITTED` with `synchronous_commit = on` (when durable). A
+//! group commit locks each database's head row first (`SELECT ... FOR UPDATE`), so commits
+//! to one database are serialized across relays before any precondition is checked; it
+//! buffers its writes (reads see them), sends them as a few array statements at the end,
+//! updates the heads last and commits: a rollback leaves no gap, and every snapshot
+//! (`REPEATABLE READ READ ONLY`) sees a prefix of each database's changelog. A transaction
+//! that fails to serialize (`40001`, `40P01`) is run again. After a commit, in a statement
+//! of its own, `pg_notify('hearth', '<version>:<db>')` tells the other relays
+//! ([`Backend::watch`]).
+//!
+//! The relay's code is synchronous where it touches the store (committer and fan-out
+//! threads, blocking reads); this backend runs the PostgreSQL client on a small runtime of
+//! its own and waits for each call's answer on a channel, which works from any thread.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn, WriteTxn};
+use super::StoreError;
+
+/// The schema's migrations, in order: migration `i + 1` is `MIGRATIONS[i]`. Applied once
+/// each, at start, under an advisory lock (`docs/formats.md`).
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE hearth_heads (db text COLLATE \"C\" PRIMARY KEY, version bigint NOT NULL,
+                               commit_micros bigint NOT NULL);
+    CREATE TABLE hearth_documents (key bytea PRIMARY KEY, value bytea NOT NULL);
+    CREATE TABLE hearth_index (key bytea PRIMARY KEY, value bytea NOT NULL);
+    CREATE TABLE hearth_changelog (key bytea PRIMARY KEY, value bytea NOT NULL);
+    CREATE TABLE hearth_batches (key bytea PRIMARY KEY, value bytea NOT NULL);
+    CREATE TABLE hearth_meta (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);
+"];
+
+/// The advisory lock taken while migrating ("hearth" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6865_6172_7468;
+
+/// The notification channel.
+pub const CHANNEL: &str = "hearth";
+
+/// Times a transaction that failed to serialize is run again before the error is returned.
+const RETRIES: usize = 20;
+
+fn table(t: Tab) -> &'static str {
+    match t {
+        Tab::Documents => "hearth_documents",
+        Tab::Index => "hearth_index",
+        Tab::Changelog => "hearth_changelog",
+        Tab::Batches => "hearth_batches",
+    }
+}
+
+const TABS: [Tab; 4] = [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches];
+
+fn pg_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Postgres(e.to_string())
+}
+
+/// Whether `e` is a failure to serialize, which running the transaction again resolves.
+fn retryable(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+/// A client error as a store error: [`StoreError::Serialization`] when running the
+/// transaction again resolves it.
+fn sql_err(e: tokio_postgres::Error) -> StoreError {
+    match retryable(&e) {
+        true => StoreError::Serialization(e.to_string()),
+        false => pg_err(e),
+    }
+}
+
+/// A failure inside a write transaction: retryable or not.
+enum TxnError {
+    Retry(String),
+    Fail(StoreError),
+}
+
+/// The PostgreSQL backend's shared parts.
+struct Shared {
+    /// The client's runtime: every call runs on it.
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Pooled connections for reads and writes.
+    pool: Pool,
+    /// Where it connects, without the password.
+    shown: String,
+    /// The connection settings (the LISTEN connection is made from them).
+    config: tokio_postgres::Config,
+}
+
+impl Shared {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.as_ref().expect("the runtime runs").handle()
+    }
+
+    /// Runs `fut` on the client's runtime and waits for it, from any thread.
+    fn wait<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle().spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv()
+            .map_err(|_| StoreError::Postgres("the PostgreSQL client stopped".into()))
+    }
+
+    /// A pooled connection.
+    fn connection(&self) -> Result<Arc<Object>, StoreError> {
+        let pool = self.pool.clone();
+        let conn = self.wait(async move { pool.get().await })?.map_err(pg_err)?;
+        Ok(Arc::new(conn))
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A store in a PostgreSQL database, shared by every relay that names it.
+pub(super) struct Postgres {
+    shared: Arc<Shared>,
+}
+
+/// `url` without its password, for logs.
+fn shown(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(s) => s.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgresql://{}@{}:{port}/{}",
+        config.get_user().unwrap_or(""),
+        hosts.join(","),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+impl Postgres {
+    /// Connects to `url` (a `postgresql://` URL or `key=value` settings) with at most
+    /// `pool_size` pooled connections, and creates or migrates the schema.
+    pub(super) fn connect(url: &str, pool_size: usize) -> Result<Postgres, StoreError> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::Postgres(format!("bad PostgreSQL URL: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("hearth-pg")
+            .enable_all()
+            .build()
+            .map_err(pg_err)?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(2))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .create_timeout(Some(Duration::from_secs(10)))
+            .build()
+            .map_err(pg_err)?;
+        let shared = Arc::new(Shared {
+            runtime: Some(runtime),
+            pool,
+            shown: shown(&config),
+            config,
+        });
+        let conn = shared.connection()?;
+        shared.wait(migrate(conn))??;
+        Ok(Postgres { shared })
+    }
+}
+
+/// Applies the migrations the database lacks, under an advisory lock so that relays
+/// starting together migrate once.
+async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
+    conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(pg_err)?;
+    let result = async {
+        conn.batch_execute(
+            "CREATE TABLE IF NOT EXISTS hearth_migrations (version int PRIMARY KEY, \
+             applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(pg_err)?;
+        let row = conn
+            .query_one("SELECT coalesce(max(version), 0) FROM hearth_migrations", &[])
+            .await
+            .map_err(pg_err)?;
+        let at: i32 = row.get(0);
+        if at as usize > MIGRATIONS.len() {
+            return Err(StoreError::Postgres(format!(
+                "the database's schema is at version {at}, newer than this relay knows ({})",
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(at as usize) {
+            let version = i as i32 + 1;
+            tracing::info!(version, "migrating the PostgreSQL schema");
+            conn.batch_execute(&format!(
+                "BEGIN; {sql}; INSERT INTO hearth_migrations (version) VALUES ({version}); COMMIT"
+            ))
+            .await
+            .map_err(pg_err)?;
+        }
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = conn.batch_execute("ROLLBACK").await;
+    }
+    let unlocked = conn
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    result?;
+    unlocked.map_err(pg_err)?;
+    Ok(())
+}
+
+/// Reads through one connection: a snapshot's, or a write transaction's.
+struct Reader {
+    shared: Arc<Shared>,
+    conn: Arc<Object>,
+}
+
+impl Reader {
+    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let (conn, key) = (self.conn.clone(), key.to_vec());
+        let sql = format!("SELECT value FROM {} WHERE key = $1", table(t));
+        self.shared.wait(async move {
+            let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
+            let row = conn.query_opt(&stmt, &[&key]).await.map_err(sql_err)?;
+            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        })?
+    }
+
+    fn range(
+        &self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        if start >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (conn, start, end) = (self.conn.clone(), start.to_vec(), end.to_vec());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT key, value FROM {} WHERE key >= $1 AND key < $2 ORDER BY key {} LIMIT $3",
+            table(t),
+            if reverse { "DESC" } else { "ASC" }
+        );
+        self.shared.wait(async move {
+            let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
+            let rows = conn
+                .query(&stmt, &[&start, &end, &limit])
+                .await
+                .map_err(sql_err)?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
+                .collect())
+        })?
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let (conn, key) = (self.conn.clone(), key.to_owned());
+        self.shared.wait(async move {
+            let stmt = conn
+                .prepare_cached("SELECT value FROM hearth_meta WHERE key = $1")
+                .await
+                .map_err(pg_err)?;
+            let row = conn.query_opt(&stmt, &[&key]).await.map_err(pg_err)?;
+            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        })?
+    }
+
+    /// `db`'s head, locked for the transaction with `lock`.
+    fn head(&self, db: &str, lock: bool) -> Result<Option<(u64, i64)>, StoreError> {
+        let (conn, db) = (self.conn.clone(), db.to_owned());
+        let sql = match lock {
+            true => "SELECT version, commit_micros FROM hearth_heads WHERE db = $1 FOR UPDATE",
+            false => "SELECT version, commit_micros FROM hearth_heads WHERE db = $1",
+        };
+        self.shared.wait(async move {
+            let stmt = conn.prepare_cached(sql).await.map_err(sql_err)?;
+            let row = conn.query_opt(&stmt, &[&db]).await.map_err(sql_err)?;
+            Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1))))
+        })?
+    }
+
+    /// Runs `sql` (no results) and waits.
+    fn batch(&self, sql: &'static str) -> Result<(), tokio_postgres::Error> {
+        let conn = self.conn.clone();
+        match self
+            .shared
+            .wait(async move { conn.batch_execute(sql).await })
+        {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// A snapshot: a `REPEATABLE READ READ ONLY` transaction on a pooled connection, ended
+/// (and the connection returned) when dropped.
+struct PgRead(Reader);
+
+impl Drop for PgRead {
+    fn drop(&mut self) {
+        let conn = self.0.conn.clone();
+        self.0.shared.handle().spawn(async move {
+            let _ = conn.batch_execute("COMMIT").await;
+        });
+    }
+}
+
+impl ReadTxn for PgRead {
+    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(t, key)
+    }
+
+    fn range(
+        &self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        self.0.range(t, start, end, reverse, limit)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.meta(key)
+    }
+
+    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        self.0.head(db, false)
+    }
+}
+
+/// A write transaction's buffered writes (`None`: a deletion) and heads, sent at commit.
+#[derive(Default)]
+struct Pending {
+    tables: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 4],
+    meta: BTreeMap<String, Option<Vec<u8>>>,
+    heads: BTreeMap<String, (u64, i64)>,
+}
+
+/// A write transaction in progress.
+struct PgWrite {
+    reader: Reader,
+    pending: Pending,
+    /// The first failure to serialize: the transaction is rolled back and run again.
+    retry: Option<String>,
+}
+
+impl PgWrite {
+    /// Notes a failure: one to serialize makes the transaction run again.
+    fn check<T>(&mut self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Serialization(m)) = &r {
+            self.retry.get_or_insert_with(|| m.clone());
+        }
+        r
+    }
+
+    /// Sends the buffered writes of table `t`.
+    fn flush_table(&mut self, t: Tab) -> Result<(), StoreError> {
+        let rows = std::mem::take(&mut self.pending.tables[t as usize]);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (mut keys, mut values, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, v) in rows {
+            match v {
+                Some(v) => {
+                    keys.push(k);
+                    values.push(v);
+                }
+                None => gone.push(k),
+            }
+        }
+        let conn = self.reader.conn.clone();
+        let name = table(t);
+        let r = self.reader.shared.wait(async move {
+            if !gone.is_empty() {
+                let sql = format!("DELETE FROM {name} WHERE key = ANY($1)");
+                let stmt = conn.prepare_cached(&sql).await?;
+                conn.execute(&stmt, &[&gone]).await?;
+            }
+            if !keys.is_empty() {
+                let sql = format!(
+                    "INSERT INTO {name} (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                );
+                let stmt = conn.prepare_cached(&sql).await?;
+                conn.execute(&stmt, &[&keys, &values]).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        });
+        let r = r.and_then(|r| r.map_err(sql_err));
+        self.check(r)
+    }
+
+    /// Sends every buffered write, the heads last.
+    fn flush(&mut self) -> Result<Vec<(String, u64)>, StoreError> {
+        for t in TABS {
+            self.flush_table(t)?;
+        }
+        let meta = std::mem::take(&mut self.pending.meta);
+        let heads = std::mem::take(&mut self.pending.heads);
+        let changed: Vec<(String, u64)> = heads.iter().map(|(d, (v, _))| (d.clone(), *v)).collect();
+        let conn = self.reader.conn.clone();
+        let r = self.reader.shared.wait(async move {
+            for (k, v) in meta {
+                match v {
+                    Some(v) => {
+                        conn.execute(
+                            "INSERT INTO hearth_meta (key, value) VALUES ($1, $2) \
+                             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                            &[&k, &v],
+                        )
+                        .await?
+                    }
+                    None => {
+                        conn.execute("DELETE FROM hearth_meta WHERE key = $1", &[&k])
+                            .await?
+                    }
+                };
+            }
+            if !heads.is_empty() {
+                let dbs: Vec<&String> = heads.keys().collect();
+                let versions: Vec<i64> = heads.values().map(|(v, _)| *v as i64).collect();
+                let micros: Vec<i64> = heads.values().map(|(_, m)| *m).collect();
+                // A head never moves back: a relay registering a database another relay
+                // just created and wrote leaves its head as it is.
+                let stmt = conn
+                    .prepare_cached(
+                        "INSERT INTO hearth_heads (db, version, commit_micros) \
+                         SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
+                         ON CONFLICT (db) DO UPDATE SET version = EXCLUDED.version, \
+                         commit_micros = EXCLUDED.commit_micros \
+                         WHERE hearth_heads.version <= EXCLUDED.version",
+                    )
+                    .await?;
+                conn.execute(&stmt, &[&dbs, &versions, &micros]).await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        });
+        let r = r.and_then(|r| r.map_err(sql_err));
+        self.check(r)?;
+        Ok(changed)
+    }
+}
+
+impl ReadTxn for PgWrite {
+    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.pending.tables[t as usize].get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.reader.get(t, key),
+        }
+    }
+
+    fn range(
+        &self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        if start < end
+            && self.pending.tables[t as usize]
+                .range(start.to_vec()..end.to_vec())
+                .next()
+                .is_some()
+        {
+            return Err(StoreError::Postgres(
+                "a range read over this transaction's own unsent writes".into(),
+            ));
+        }
+        self.reader.range(t, start, end, reverse, limit)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.pending.meta.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.reader.meta(key),
+        }
+    }
+
+    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        match self.pending.heads.get(db) {
+            Some(h) => Ok(Some(*h)),
+            None => self.reader.head(db, false),
+        }
+    }
+}
+
+impl WriteTxn for PgWrite {
+    fn put(&mut self, t: Tab, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.pending.tables[t as usize].insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn delete(&mut self, t: Tab, key: &[u8]) -> Result<(), StoreError> {
+        self.pending.tables[t as usize].insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    fn retain(
+        &mut self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        keep: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.flush_table(t)?;
+        let mut from = start.to_vec();
+        loop {
+            let rows = self.reader.range(t, &from, end, false, 1024);
+            let rows = self.check(rows)?;
+            for (k, v) in &rows {
+                if !keep(k, v) {
+                    self.pending.tables[t as usize].insert(k.clone(), None);
+                }
+            }
+            match rows.last() {
+                Some((k, _)) if rows.len() == 1024 => {
+                    from = k.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        self.flush_table(t)
+    }
+
+    fn put_meta(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.pending.meta.insert(key.to_owned(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn delete_meta(&mut self, key: &str) -> Result<(), StoreError> {
+        self.pending.meta.insert(key.to_owned(), None);
+        Ok(())
+    }
+
+    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        if let Some(h) = self.pending.heads.get(db) {
+            return Ok(Some(*h));
+        }
+        let r = self.reader.head(db, true);
+        self.check(r)
+    }
+
+    fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError> {
+        self.pending.heads.insert(db.to_owned(), (version, micros));
+        Ok(())
+    }
+}
+
+impl Postgres {
+    /// One run of a write transaction: `Ok` with the heads it moved once committed.
+    fn write_once(&self, durable: bool, work: WriteFn<'_>) -> Result<Vec<(String, u64)>, TxnError> {
+        let conn = self.shared.connection().map_err(TxnError::Fail)?;
+        let reader = Reader {
+            shared: self.shared.clone(),
+            conn,
+        };
+        let begin = match durable {
+            true => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
+            false => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off",
+        };
+        reader.batch(begin).map_err(|e| TxnError::Fail(pg_err(e)))?;
+        let mut w = PgWrite {
+            reader,
+            pending: Pending::default(),
+            retry: None,
+        };
+        let result = work(&mut w).and_then(|()| w.flush());
+        let outcome = match result {
+            Ok(changed) => match w.reader.batch("COMMIT") {
+                Ok(()) => return Ok(changed),
+                Err(e) if retryable(&e) => TxnError::Retry(e.to_string()),
+                Err(e) => TxnError::Fail(pg_err(e)),
+            },
+            Err(e) => match w.retry.take() {
+                Some(m) => TxnError::Retry(m),
+                None => TxnError::Fail(e),
+            },
+        };
+        let _ = w.reader.batch("ROLLBACK");
+        Err(outcome)
+    }
+
+    /// Tells the other relays which heads moved, in a statement of its own.
+    fn notify(&self, changed: Vec<(String, u64)>) {
+        if changed.is_empty() {
+            return;
+        }
+        let payloads: Vec<String> = changed.iter().map(|(db, v)| format!("{v}:{db}")).collect();
+        let pool = self.shared.pool.clone();
+        // Not waited for: a lost notification only delays the others until their poll.
+        self.shared.handle().spawn(async move {
+            if let Ok(conn) = pool.get().await {
+                let _ = conn
+                    .execute(
+                        "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+                        &[&CHANNEL, &payloads],
+                    )
+                    .await;
+            }
+        });
+    }
+}
+
+impl Backend for Postgres {
+    fn shard_count(&self) -> usize {
+        1
+    }
+
+    fn shard_index(&self, _db: &str) -> usize {
+        0
+    }
+
+    fn read(&self, _shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
+        let reader = Reader {
+            shared: self.shared.clone(),
+            conn: self.shared.connection()?,
+        };
+        reader
+            .batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .map_err(pg_err)?;
+        Ok(Box::new(PgRead(reader)))
+    }
+
+    fn write(&self, _shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {
+        let mut tries = 0;
+        loop {
+            match self.write_once(durable, work) {
+                Ok(changed) => {
+                    self.notify(changed);
+                    return Ok(());
+                }
+                Err(TxnError::Retry(why)) if tries < RETRIES => {
+                    tries += 1;
+                    tracing::debug!(tries, %why, "a PostgreSQL transaction runs again");
+                }
+                Err(TxnError::Retry(why)) => return Err(StoreError::Postgres(why)),
+                Err(TxnError::Fail(e)) => return Err(e),
+            }
+        }
+    }
+
+    fn heads(&self, _shard: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.shared.connection()?;
+        self.shared.wait(async move {
+            let rows = conn
+                .query("SELECT db, version FROM hearth_heads ORDER BY db", &[])
+                .await
+                .map_err(pg_err)?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+                .collect())
+        })?
+    }
+
+    fn describe(&self) -> String {
+        self.shared.shown.clone()
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        let pool = self.shared.pool.clone();
+        self.shared.wait(async move {
+            let check = async {
+                let conn = pool.get().await.map_err(pg_err)?;
+                conn.simple_query("SELECT 1").await.map_err(pg_err)?;
+                Ok(())
+            };
+            tokio::time::timeout(Duration::from_secs(2), check)
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Postgres("no answer in 2 s".into())))
+        })?
+    }
+
+    fn watch(&self, watcher: Watcher) -> bool {
+        let shared = self.shared.clone();
+        self.shared
+            .handle()
+            .spawn(super::pg_listen::listen(shared.config.clone(), watcher));
+        true
+    }
+}
