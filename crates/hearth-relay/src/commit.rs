@@ -570,6 +570,26 @@ fn apply_in(
                 writes += diff.deletes.len() + diff.inserts.len();
                 diffs.push(diff);
             }
+            // A key longer than the backend stores (PostgreSQL's B-tree entries) refuses
+            // the batch alone, before anything is written.
+            if let (None, Some(max)) = (&failed, w.max_key_bytes()) {
+                let over = overlay.iter().zip(&diffs).find_map(|((name, _, _), diff)| {
+                    let doc = prefix.len() + document_key(name).len();
+                    let entry = diff.inserts.iter().map(|k| prefix.len() + k.len()).max();
+                    let longest = entry.unwrap_or(0).max(doc);
+                    (longest > max).then_some((name, longest))
+                });
+                if let Some((name, bytes)) = over {
+                    failed = Some(WriteError::new(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "document `{name}` would write an index entry of {bytes} bytes, over \
+                             this store's limit of {max}: exempt its large values from indexing \
+                             (fieldOverrides) or store smaller ones"
+                        ),
+                    ));
+                }
+            }
             if failed.is_none() && writes > MAX_INDEX_WRITES_PER_BATCH {
                 failed = Some(WriteError::new(
                     ErrorCode::InvalidArgument,

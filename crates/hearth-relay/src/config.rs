@@ -72,6 +72,14 @@ pub struct Config {
     pub rules_file: Option<PathBuf>,
     /// Whether a denial's message names the rule that decided (`--explain-denials`).
     pub explain_denials: bool,
+    /// The PostgreSQL database other relays share (`--postgres`); `None`: the embedded
+    /// store in `data_dir`.
+    pub postgres_url: Option<String>,
+    /// Most pooled PostgreSQL connections.
+    pub postgres_pool: usize,
+    /// How often the heads of a shared store are polled for other relays' commits (the
+    /// longest a lost notification delays a change).
+    pub postgres_poll: Duration,
 }
 
 impl Config {
@@ -103,6 +111,9 @@ impl Config {
             max_scan_rows: 10_000_000,
             rules_file: None,
             explain_denials: true,
+            postgres_url: None,
+            postgres_pool: 16,
+            postgres_poll: Duration::from_millis(50),
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct Database {
     name: String,
     /// Its listened queries, kept current by its commits.
     fanout: Fanout,
+    /// Its commit version when this relay opened it: its fan-out's first published one.
+    opened_at: u64,
     /// The index definitions its queries are planned with. It only grows (an
     /// `--auto-index` creation), and only once the committer maintains the new index and
     /// its entries are backfilled, so a plan never reads an index that is incomplete.
@@ -41,6 +43,7 @@ impl Database {
         Database {
             name,
             fanout: Fanout::new(version),
+            opened_at: version,
             catalog: RwLock::new(catalog),
             building: tokio::sync::Mutex::new(()),
             read_slots: tokio::sync::Semaphore::new(crate::state::read_slots_per_database()),
@@ -55,6 +58,11 @@ impl Database {
     /// The fan-out of its listened queries.
     pub fn fanout(&self) -> &Fanout {
         &self.fanout
+    }
+
+    /// Its commit version when this relay opened it: its fan-out starts from there.
+    pub fn opened_at(&self) -> u64 {
+        self.opened_at
     }
 
     /// The index definitions its queries are planned with (read-locked: clone what must

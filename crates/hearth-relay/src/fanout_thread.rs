@@ -42,22 +42,73 @@ pub(crate) fn thread_of(db: &str) -> usize {
     shard_of(db, shards())
 }
 
-/// The committer's observer: counts commits in the metrics and hands each round to the
-/// fan-out thread.
+/// Hands rounds of commits to the fan-out threads, each its share, in commit order.
+#[derive(Clone)]
+pub(crate) struct Forward {
+    /// Where each fan-out thread's share of the rounds goes.
+    fanout_tx: Vec<Sender<Round>>,
+}
+
+impl Forward {
+    /// Sends each fan-out thread its share of `round`, durable since `at`.
+    pub(crate) fn send(&self, round: Vec<Committed>, at: Instant) {
+        let n = self.fanout_tx.len();
+        let mut shares: Vec<Vec<Committed>> = (0..n).map(|_| Vec::new()).collect();
+        for c in round {
+            shares[shard_of(&c.database, n)].push(c);
+        }
+        for (tx, share) in self.fanout_tx.iter().zip(shares) {
+            if !share.is_empty() {
+                let _ = tx.send((share, at));
+            }
+        }
+    }
+}
+
+/// Where the committer's rounds go.
+enum Route {
+    /// Straight to the fan-out: this relay is the store's only writer.
+    Fanout(Forward),
+    /// To the tail of a shared store (`crate::tail`), which puts them in order with the
+    /// other relays' commits.
+    Tail(Sender<crate::tail::Event>),
+}
+
+/// The committer's observer: counts commits in the metrics and hands each round on.
 pub(crate) struct Sink {
     /// The relay whose metrics count the commits; weak, so the committer thread does not
     /// keep a stopped relay alive.
     relay: Weak<Relay>,
-    /// Where each fan-out thread's share of the rounds goes, in commit order.
-    fanout_tx: Vec<Sender<Round>>,
+    /// Where the rounds go.
+    route: Route,
 }
 
-/// The committer's sink for `relay`, and the rounds it sends to each fan-out thread.
-pub(crate) fn channel(relay: Weak<Relay>) -> (Sink, Vec<Rounds>) {
+/// The committer's sink for `relay`, the rounds it sends to each fan-out thread, and
+/// (for a store other relays write to: `tail`) the tail's end of its channel with the
+/// fan-out's handle.
+pub(crate) fn channel(
+    relay: Weak<Relay>,
+    tail: bool,
+) -> (Sink, Vec<Rounds>, Option<crate::tail::Inlet>) {
     let (fanout_tx, rounds) = (0..shards())
         .map(|_| std::sync::mpsc::channel::<Round>())
         .unzip();
-    (Sink { relay, fanout_tx }, rounds)
+    let forward = Forward { fanout_tx };
+    let (route, inlet) = match tail {
+        false => (Route::Fanout(forward), None),
+        true => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            (
+                Route::Tail(tx.clone()),
+                Some(crate::tail::Inlet {
+                    events: rx,
+                    sender: tx,
+                    forward,
+                }),
+            )
+        }
+    };
+    (Sink { relay, route }, rounds, inlet)
 }
 
 impl CommitSink for Sink {
@@ -75,14 +126,10 @@ impl CommitSink for Sink {
             }
         }
         let now = Instant::now();
-        let n = self.fanout_tx.len();
-        let mut shares: Vec<Vec<Committed>> = (0..n).map(|_| Vec::new()).collect();
-        for c in round {
-            shares[shard_of(&c.database, n)].push(c);
-        }
-        for (tx, share) in self.fanout_tx.iter().zip(shares) {
-            if !share.is_empty() {
-                let _ = tx.send((share, now));
+        match &self.route {
+            Route::Fanout(forward) => forward.send(round, now),
+            Route::Tail(tail) => {
+                let _ = tail.send(crate::tail::Event::Own(round, now));
             }
         }
     }

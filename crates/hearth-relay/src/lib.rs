@@ -33,6 +33,7 @@ mod server;
 mod state;
 pub mod store;
 mod supervise;
+mod tail;
 
 pub use config::Config;
 pub use databases::{Database, DatabaseError};

@@ -32,6 +32,10 @@ enum Command {
         /// Data directory to check (the relay must not be running on it).
         #[arg(long, env = "HEARTH_DATA", default_value = "./hearth-data")]
         data: PathBuf,
+        /// Check the PostgreSQL store at this URL instead of a data directory (relays may
+        /// be running on it; each database is checked in one consistent read).
+        #[arg(long, env = "HEARTH_POSTGRES_URL")]
+        postgres: Option<String>,
         /// Index definitions to check against (default: the ones each database was built with).
         #[arg(long, env = "HEARTH_INDEXES")]
         indexes: Option<PathBuf>,
@@ -105,6 +109,20 @@ struct ServeArgs {
     /// By default: on when the relay listens on loopback (development), off otherwise.
     #[arg(long, env = "HEARTH_EXPLAIN_DENIALS")]
     explain_denials: Option<bool>,
+    /// Keep the state in this PostgreSQL database instead of `--data` (a `postgresql://`
+    /// URL or `key=value` settings): several relays started with the same URL serve the
+    /// same databases, each client's writes reaching every relay's listeners
+    /// (docs/scale-out.md). The schema is created or migrated at start.
+    #[arg(long, env = "HEARTH_POSTGRES_URL")]
+    postgres: Option<String>,
+    /// Most pooled PostgreSQL connections (reads, commits; the notification connection is
+    /// apart).
+    #[arg(long, env = "HEARTH_POSTGRES_POOL", default_value_t = 16)]
+    postgres_pool: usize,
+    /// How often, in milliseconds, the PostgreSQL store's heads are polled for other
+    /// relays' commits: the longest a lost notification delays a change.
+    #[arg(long, env = "HEARTH_POSTGRES_POLL_MS", default_value_t = 50)]
+    postgres_poll_ms: u64,
     /// PEM file of an RS256 public key that verifies client tokens.
     #[arg(long, env = "HEARTH_AUTH_RS256_KEY")]
     auth_rs256_key: Option<PathBuf>,
@@ -334,6 +352,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_scan_rows = args.max_scan_rows.max(1);
     config.rules_file = args.rules.clone();
     config.explain_denials = args.explain_denials.unwrap_or(loopback);
+    config.postgres_url = args.postgres.clone().filter(|u| !u.is_empty());
+    config.postgres_pool = args.postgres_pool.max(2);
+    config.postgres_poll = Duration::from_millis(args.postgres_poll_ms.max(1));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -350,8 +371,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-fn check(data: PathBuf, indexes: Option<PathBuf>) -> anyhow::Result<()> {
-    let store = Store::open(&data)?;
+fn check(data: PathBuf, postgres: Option<String>, indexes: Option<PathBuf>) -> anyhow::Result<()> {
+    let store = match postgres {
+        Some(url) => Store::postgres(&url, 2)?,
+        None => Store::open(&data)?,
+    };
     let forced = indexes.map(|p| read_indexes(Some(&p))).transpose()?;
     let mut bad = 0;
     let dbs = store.databases()?;
@@ -380,7 +404,11 @@ fn check(data: PathBuf, indexes: Option<PathBuf>) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(*args),
-        Command::Check { data, indexes } => check(data, indexes),
+        Command::Check {
+            data,
+            postgres,
+            indexes,
+        } => check(data, postgres, indexes),
         Command::Rules(RulesCommand::Test { rules, cases }) => rules_test(&rules, &cases),
     }
 }

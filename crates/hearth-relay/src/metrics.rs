@@ -46,6 +46,8 @@ pub struct Metrics {
     outbound_bytes: AtomicI64,
     /// Connections closed because they read too slowly.
     slow_consumers_dropped: AtomicU64,
+    poll_catch_ups: AtomicU64,
+    tail_lag: Histogram,
     /// Series labelled by database, keyed and rendered in name order.
     databases: Mutex<BTreeMap<String, DatabaseSeries>>,
     /// Protocol errors by kind. The static key bounds the number of series.
@@ -138,6 +140,8 @@ impl Metrics {
             frames_sent: AtomicU64::new(0),
             outbound_bytes: AtomicI64::new(0),
             slow_consumers_dropped: AtomicU64::new(0),
+            poll_catch_ups: AtomicU64::new(0),
+            tail_lag: Histogram::new(SECONDS_BUCKETS),
             databases: Mutex::new(BTreeMap::new()),
             protocol_errors: Mutex::new(BTreeMap::new()),
             connections_refused: Mutex::new(BTreeMap::new()),
@@ -206,6 +210,17 @@ impl Metrics {
     }
 
     /// A connection was closed because its outbound queue overflowed.
+    /// A shared store's poll of the heads found a commit no notification had brought.
+    pub fn poll_catch_up(&self) {
+        self.poll_catch_ups.fetch_add(1, Relaxed);
+    }
+
+    /// Commits another relay made reached this relay's fan-out `micros` after the last of
+    /// them was committed.
+    pub fn tail_lag(&self, micros: i64) {
+        self.tail_lag.observe(micros.max(0) as f64 / 1e6);
+    }
+
     pub fn slow_consumer_dropped(&self) {
         self.slow_consumers_dropped.fetch_add(1, Relaxed);
     }
@@ -314,6 +329,17 @@ impl Metrics {
             "hearth_slow_consumers_dropped_total",
             "Connections closed because their outbound queue overflowed.",
             &self.slow_consumers_dropped.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "hearth_poll_catch_ups_total",
+            "Commits of other relays found by polling the shared store's heads, not by notification.",
+            &self.poll_catch_ups.load(Relaxed),
+        );
+        self.tail_lag.render(
+            &mut out,
+            "hearth_notification_lag_seconds",
+            "Time from another relay's commit to its changes reaching this relay's fan-out.",
         );
         family(
             &mut out,

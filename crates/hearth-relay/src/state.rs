@@ -96,11 +96,11 @@ impl Relay {
             Some(file) => Rules::load(file, config.explain_denials)?,
             None => Rules::open(),
         };
-        let store = Arc::new(Store::open_with(
-            &config.data_dir,
-            config.cache_bytes,
-            config.store_shards,
-        )?);
+        let store = Arc::new(match &config.postgres_url {
+            Some(url) => Store::postgres(url, config.postgres_pool)?,
+            None => Store::open_with(&config.data_dir, config.cache_bytes, config.store_shards)?,
+        });
+        tracing::info!(store = %store.describe(), "store open");
         let committers: Vec<Arc<Committer>> = (0..store.shard_count())
             .map(|shard| {
                 Committer::new(
@@ -125,7 +125,8 @@ impl Relay {
             rules,
             committer_threads: Mutex::new(Vec::new()),
         });
-        let (sink, rounds) = fanout_thread::channel(Arc::downgrade(&relay));
+        let shared = relay.config.postgres_url.is_some();
+        let (sink, rounds, tail) = fanout_thread::channel(Arc::downgrade(&relay), shared);
         let sink = Arc::new(sink);
         for (shard, committer) in committers.into_iter().enumerate() {
             let (store, sink) = (store.clone(), sink.clone());
@@ -139,6 +140,9 @@ impl Relay {
                 .push(handle);
         }
         fanout_thread::spawn(Arc::downgrade(&relay), rounds)?;
+        if let Some(inlet) = tail {
+            crate::tail::spawn(&relay, inlet, relay.config.postgres_poll)?;
+        }
         relay.ready.store(true, Ordering::Release);
         Ok(relay)
     }

@@ -115,12 +115,26 @@ async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Respons
 
 async fn healthz(State(s): State<AppState>) -> Response {
     if s.relay.is_ready() && !*s.stop.borrow() {
-        // The first line is the verdict; the second says whether anything is protected.
+        // The first line is the verdict; the second says whether anything is protected;
+        // the third, where the state is (and for a shared store, whether it answers).
         let rules = match s.relay.rules().file() {
             Some(file) => format!("rules: {}", file.display()),
             None => "open: no security rules, every client reads and writes everything".into(),
         };
-        (StatusCode::OK, format!("ok\n{rules}\n")).into_response()
+        let relay = s.relay.clone();
+        let ping = tokio::task::spawn_blocking(move || relay.store().ping()).await;
+        let store = s.relay.store().describe();
+        match ping {
+            Ok(Ok(())) => {
+                (StatusCode::OK, format!("ok\n{rules}\nstore: {store}\n")).into_response()
+            }
+            Ok(Err(e)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store unavailable\n{rules}\nstore: {store}: {e}\n"),
+            )
+                .into_response(),
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
+        }
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
     }

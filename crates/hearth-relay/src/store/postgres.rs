@@ -58,6 +58,10 @@ const MIGRATION_LOCK: i64 = 0x6865_6172_7468;
 /// The notification channel.
 pub const CHANNEL: &str = "hearth";
 
+/// The longest key stored: a PostgreSQL B-tree entry must fit in a third of a page (2,704
+/// bytes with its header), whatever its compression.
+pub const MAX_KEY_BYTES: usize = 2400;
+
 /// Times a transaction that failed to serialize is run again before the error is returned.
 const RETRIES: usize = 20;
 
@@ -84,12 +88,16 @@ fn retryable(e: &tokio_postgres::Error) -> bool {
     )
 }
 
-/// A client error as a store error: [`StoreError::Serialization`] when running the
-/// transaction again resolves it.
+/// A client error as a store error, with the server's message when it sent one:
+/// [`StoreError::Serialization`] when running the transaction again resolves it.
 fn sql_err(e: tokio_postgres::Error) -> StoreError {
+    let text = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
     match retryable(&e) {
-        true => StoreError::Serialization(e.to_string()),
-        false => pg_err(e),
+        true => StoreError::Serialization(text),
+        false => StoreError::Postgres(text),
     }
 }
 
@@ -213,18 +221,18 @@ impl Postgres {
 async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
     conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await
-        .map_err(pg_err)?;
+        .map_err(sql_err)?;
     let result = async {
         conn.batch_execute(
             "CREATE TABLE IF NOT EXISTS hearth_migrations (version int PRIMARY KEY, \
              applied_at timestamptz NOT NULL DEFAULT now())",
         )
         .await
-        .map_err(pg_err)?;
+        .map_err(sql_err)?;
         let row = conn
             .query_one("SELECT coalesce(max(version), 0) FROM hearth_migrations", &[])
             .await
-            .map_err(pg_err)?;
+            .map_err(sql_err)?;
         let at: i32 = row.get(0);
         if at as usize > MIGRATIONS.len() {
             return Err(StoreError::Postgres(format!(
@@ -239,7 +247,7 @@ async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
                 "BEGIN; {sql}; INSERT INTO hearth_migrations (version) VALUES ({version}); COMMIT"
             ))
             .await
-            .map_err(pg_err)?;
+            .map_err(sql_err)?;
         }
         Ok(())
     }
@@ -251,7 +259,7 @@ async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
     result?;
-    unlocked.map_err(pg_err)?;
+    unlocked.map_err(sql_err)?;
     Ok(())
 }
 
@@ -309,8 +317,8 @@ impl Reader {
             let stmt = conn
                 .prepare_cached("SELECT value FROM hearth_meta WHERE key = $1")
                 .await
-                .map_err(pg_err)?;
-            let row = conn.query_opt(&stmt, &[&key]).await.map_err(pg_err)?;
+                .map_err(sql_err)?;
+            let row = conn.query_opt(&stmt, &[&key]).await.map_err(sql_err)?;
             Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
         })?
     }
@@ -599,6 +607,10 @@ impl WriteTxn for PgWrite {
         self.pending.heads.insert(db.to_owned(), (version, micros));
         Ok(())
     }
+
+    fn max_key_bytes(&self) -> Option<usize> {
+        Some(MAX_KEY_BYTES)
+    }
 }
 
 impl Postgres {
@@ -613,7 +625,7 @@ impl Postgres {
             true => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
             false => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off",
         };
-        reader.batch(begin).map_err(|e| TxnError::Fail(pg_err(e)))?;
+        reader.batch(begin).map_err(|e| TxnError::Fail(sql_err(e)))?;
         let mut w = PgWrite {
             reader,
             pending: Pending::default(),
@@ -624,7 +636,7 @@ impl Postgres {
             Ok(changed) => match w.reader.batch("COMMIT") {
                 Ok(()) => return Ok(changed),
                 Err(e) if retryable(&e) => TxnError::Retry(e.to_string()),
-                Err(e) => TxnError::Fail(pg_err(e)),
+                Err(e) => TxnError::Fail(sql_err(e)),
             },
             Err(e) => match w.retry.take() {
                 Some(m) => TxnError::Retry(m),
@@ -672,7 +684,7 @@ impl Backend for Postgres {
         };
         reader
             .batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .map_err(pg_err)?;
+            .map_err(sql_err)?;
         Ok(Box::new(PgRead(reader)))
     }
 
@@ -700,7 +712,7 @@ impl Backend for Postgres {
             let rows = conn
                 .query("SELECT db, version FROM hearth_heads ORDER BY db", &[])
                 .await
-                .map_err(pg_err)?;
+                .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
                 .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
@@ -717,7 +729,7 @@ impl Backend for Postgres {
         self.shared.wait(async move {
             let check = async {
                 let conn = pool.get().await.map_err(pg_err)?;
-                conn.simple_query("SELECT 1").await.map_err(pg_err)?;
+                conn.simple_query("SELECT 1").await.map_err(sql_err)?;
                 Ok(())
             };
             tokio::time::timeout(Duration::from_secs(2), check)

@@ -72,6 +72,11 @@ pub trait WriteTxn: ReadTxn {
     fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError>;
     /// Sets database `db`'s head (registering it when new).
     fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError>;
+    /// The longest key the backend stores (`None`: no limit of its own). The committer
+    /// refuses a batch that would write a longer one, before anything is written.
+    fn max_key_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The work of one write transaction. It may be run more than once (PostgreSQL retries a

@@ -86,6 +86,12 @@ impl DatabaseView<'_> {
         Ok(self.txn.head(&self.name)?.map_or(0, |(v, _)| v))
     }
 
+    /// The commit time (µs since the epoch) of the database's last commit in this
+    /// snapshot (0: unknown).
+    pub fn head_micros(&self) -> Result<i64, StoreError> {
+        Ok(self.txn.head(&self.name)?.map_or(0, |(_, m)| m))
+    }
+
     /// Names changed by the commits in `(after, through]`, or `None` when the changelog
     /// does not hold every one of them (pruned, or never had them): then the changes since
     /// `after` cannot be known from it.

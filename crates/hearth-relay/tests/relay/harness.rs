@@ -146,6 +146,7 @@ impl Relay {
             .args(["--addr", "127.0.0.1:0", "--data"])
             .arg(data)
             .args(args)
+            .args(store_args(data, args))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -256,12 +257,23 @@ impl Drop for Relay {
     }
 }
 
-/// Runs `hearth-relay check --data DIR`: (success, output).
+/// With `HEARTH_TEST_STORE=postgres`, the `--postgres` flag of the database standing for
+/// data directory `data` (unless `args` name one already).
+fn store_args(data: &Path, args: &[&str]) -> Vec<String> {
+    match crate::pg::enabled() && !args.contains(&"--postgres") {
+        true => vec!["--postgres".into(), crate::pg::url_for(data)],
+        false => Vec::new(),
+    }
+}
+
+/// Runs `hearth-relay check --data DIR` (or the PostgreSQL database standing for it):
+/// (success, output).
 pub fn check_data(dir: &Path) -> (bool, String) {
     let out = Command::new(relay_bin())
         .arg("check")
         .arg("--data")
         .arg(dir)
+        .args(store_args(dir, &[]))
         .env("HEARTH_LOG", "warn")
         .output()
         .expect("running hearth-relay check");

@@ -213,8 +213,17 @@ fn sample_queue_depth(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_entries_per_document_and_per_batch_are_limited() {
     let dir = TempDir::new("entries");
-    let indexes = dir.payload_exempt_indexes("exempt");
-    let relay = Relay::fresh(&["--indexes", &indexes]);
+    // `wide`'s arrays are indexed for array-contains alone (an entry per element): an
+    // ascending entry would hold the whole array in one key, over PostgreSQL's key size.
+    let indexes = dir.file(
+        "indexes.json",
+        r#"{ "fieldOverrides": [
+            { "collectionGroup": "exempt", "fieldPath": "p", "indexes": [] },
+            { "collectionGroup": "wide", "fieldPath": "p",
+              "indexes": [ { "arrayConfig": "CONTAINS", "queryScope": "COLLECTION" } ] } ] }"#,
+    );
+    let indexes = indexes.to_str().unwrap();
+    let relay = Relay::fresh(&["--indexes", indexes]);
     let c = relay.client("entries").await;
     let array = |n: i64| hearth_core::value::Value::Array((0..n).map(int).collect());
     let err = within(c.write(vec![Mutation::set(

@@ -113,6 +113,11 @@ async fn attack(shards: usize, writes: usize) -> (Duration, Vec<Duration>, Vec<D
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heavy_writer_does_not_slow_databases_in_other_shards() {
+    if crate::pg::enabled() {
+        // The embedded store's shards (redb files and their committers): a PostgreSQL
+        // store has neither.
+        return;
+    }
     // One shard: the bystander waits behind the attacker's batches (printed, the figure
     // the sharded store is measured against).
     attack(1, 10).await;
@@ -129,6 +134,11 @@ async fn a_heavy_writer_does_not_slow_databases_in_other_shards() {
 /// store in the one-file layout (no shard record) is one shard; its data are all there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_keeps_its_layout() {
+    if crate::pg::enabled() {
+        // The embedded store's shards (redb files and their committers): a PostgreSQL
+        // store has neither.
+        return;
+    }
     let dir = TempDir::new("layout");
     let mut relay = Relay::start(dir.path(), &["--store-shards", "3"]);
     for db in ["a", "b", "c", "d"] {

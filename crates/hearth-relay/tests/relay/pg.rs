@@ -1,0 +1,142 @@
+//! PostgreSQL for the relay's tests: one server per test process (`scripts/pg-server`,
+//! stopped when the process is gone), a database per data directory.
+//!
+//! With `HEARTH_TEST_STORE=postgres`, every relay the harness starts keeps its state in the
+//! server's database for its data directory (`--postgres`), so the whole suite runs
+//! against the PostgreSQL store; the multi-relay tests use it always.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+/// Whether the suite runs against the PostgreSQL store.
+pub fn enabled() -> bool {
+    std::env::var("HEARTH_TEST_STORE").is_ok_and(|s| s == "postgres")
+}
+
+/// The test process's PostgreSQL server.
+pub struct Server {
+    dir: PathBuf,
+    port: u16,
+    /// Databases created so far.
+    created: Mutex<HashSet<String>>,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-server")
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    l.local_addr().unwrap().port()
+}
+
+/// The server, started on first use.
+pub fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| Server::start("shared"))
+}
+
+/// A server of the test's own (one it may crash), stopped when dropped.
+pub struct Own(pub Server);
+
+impl Own {
+    pub fn start(tag: &str) -> Own {
+        Own(Server::start(tag))
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("stop")
+            .arg(&self.0.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0.dir);
+    }
+}
+
+impl Server {
+    /// Starts a server (stopped at the latest when the test process is gone).
+    fn start(tag: &str) -> Server {
+        let dir =
+            std::env::temp_dir().join(format!("hearth-pg-{tag}-{}", std::process::id()));
+        let port = free_port();
+        let out = Command::new(script())
+            .arg("start")
+            .arg(&dir)
+            .arg(port.to_string())
+            .arg(std::process::id().to_string())
+            .output()
+            .expect("running scripts/pg-server");
+        assert!(
+            out.status.success(),
+            "starting PostgreSQL failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Server {
+            dir,
+            port,
+            created: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The URL of database `db` (created if it does not exist yet).
+    pub fn url(&self, db: &str) -> String {
+        let mut created = self.created.lock().unwrap();
+        if created.insert(db.to_owned()) {
+            self.sql("postgres", &format!("CREATE DATABASE {db}"));
+        }
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Runs `sql` in database `db` with `psql`: its output, unaligned, tuples only.
+    pub fn sql(&self, db: &str, sql: &str) -> String {
+        let psql = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|d| d.flatten().map(|e| e.path().join("bin/psql")).max())
+            .unwrap_or_else(|| PathBuf::from("psql"));
+        let out = Command::new(psql)
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-tA"])
+            .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
+            .output()
+            .expect("running psql");
+        assert!(
+            out.status.success(),
+            "psql `{sql}` failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// `pg_ctl restart -m immediate`: a crash of the server, then its recovery.
+    pub fn crash_restart(&self) {
+        let out = Command::new(script())
+            .arg("restart")
+            .arg(&self.dir)
+            .output()
+            .expect("running scripts/pg-server");
+        assert!(
+            out.status.success(),
+            "restarting PostgreSQL failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The database standing for data directory `data`: its name is a hash of the path.
+pub fn database_for(data: &Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("h_{h:016x}")
+}
+
+/// The URL of the database standing for data directory `data`.
+pub fn url_for(data: &Path) -> String {
+    server().url(&database_for(data))
+}

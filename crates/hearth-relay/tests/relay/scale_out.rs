@@ -1,0 +1,380 @@
+//! Scale-out: several relays over one PostgreSQL database. Clients on every relay write
+//! random multi-document batches; every listener on every relay sees one gap-free
+//! sequence of versions, each snapshot equal to the state a reference model gives at that
+//! version (so no snapshot shows part of a batch); a relay killed mid-commit and the
+//! client's retry through another relay apply each batch once; a crash of PostgreSQL
+//! loses no acknowledged write; a relay whose notification connection is terminated
+//! still delivers every change; a resume from before a truncated changelog gets a Reset.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_client::ListenSnapshot;
+use hearth_core::mutation::{FieldTransform, Mutation};
+use hearth_core::path::DocumentName;
+use hearth_core::query::model::Query;
+use hearth_core::value::{Map, Value};
+
+use crate::harness::*;
+
+const DB: &str = "shared";
+
+/// `n` relays over the PostgreSQL database standing for `dir`, with extra flags.
+fn relays(dir: &TempDir, n: usize, extra: &[&str]) -> (String, Vec<Relay>) {
+    let url = crate::pg::url_for(dir.path());
+    let mut args = vec!["--postgres", url.as_str()];
+    args.extend_from_slice(extra);
+    let relays = (0..n).map(|_| Relay::fresh(&args)).collect();
+    (url, relays)
+}
+
+fn items() -> Query {
+    Query::collection(coll("items"))
+}
+
+/// The documents of a result: name → fields.
+fn state(docs: &[hearth_core::document::Document]) -> BTreeMap<DocumentName, Map> {
+    docs.iter()
+        .map(|d| (d.name.clone(), (*d.fields).clone()))
+        .collect()
+}
+
+/// A random batch of one to four distinct documents of ten, each set to name the batch.
+fn random_batch(rng: &mut Rng, tag: &str) -> Vec<(DocumentName, Map)> {
+    let k = 1 + rng.below(4) as usize;
+    let mut picked: Vec<u64> = Vec::new();
+    while picked.len() < k {
+        let d = rng.below(10);
+        if !picked.contains(&d) {
+            picked.push(d);
+        }
+    }
+    picked
+        .into_iter()
+        .enumerate()
+        .map(|(j, d)| {
+            let fields = map([("batch", s(tag)), ("part", int(j as i64))]);
+            (name(&format!("items/d{d}")), fields)
+        })
+        .collect()
+}
+
+/// Collects a listener's snapshots until one at `last` or later.
+async fn snapshots_until(listener: &mut hearth_client::Listener, last: u64) -> Vec<ListenSnapshot> {
+    let mut out: Vec<ListenSnapshot> = Vec::new();
+    while out.last().is_none_or(|s| s.version < last) {
+        let snap = within_for(Duration::from_secs(30), listener.next())
+            .await
+            .expect("a snapshot");
+        out.push(snap);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_relays_show_every_listener_one_gap_free_sequence() {
+    let dir = TempDir::new("three");
+    let (_, relays) = relays(&dir, 3, &[]);
+    let mut rng = Rng::from_env("three_relays");
+    // A listener on every relay, before any write.
+    let mut listeners = Vec::new();
+    for r in &relays {
+        let c = r.client(DB).await;
+        let mut l = within(c.listen(&items(), None)).await.unwrap();
+        let first = within(l.next()).await.unwrap();
+        assert_eq!(first.version, 0);
+        listeners.push((c, l));
+    }
+    // Two writers on every relay, each sending 25 random batches, several in flight.
+    let per_writer = 25;
+    let mut tasks = Vec::new();
+    for (i, r) in relays.iter().enumerate() {
+        for w in 0..2 {
+            let c = Arc::new(r.client(DB).await);
+            let batches: Vec<_> = (0..per_writer)
+                .map(|b| random_batch(&mut rng, &format!("r{i}w{w}b{b}")))
+                .collect();
+            tasks.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for chunk in batches.chunks(5) {
+                    let sends = chunk.iter().map(|batch| {
+                        let c = c.clone();
+                        let muts = batch
+                            .iter()
+                            .map(|(n, f)| Mutation::set(n.clone(), f.clone()))
+                            .collect();
+                        async move { within(c.write(muts)).await }
+                    });
+                    let versions = futures_util::future::join_all(sends).await;
+                    for (v, batch) in versions.into_iter().zip(chunk) {
+                        acked.push((v.expect("a batch commits"), batch.clone()));
+                    }
+                }
+                acked
+            }));
+        }
+    }
+    let mut acked: Vec<(u64, Vec<(DocumentName, Map)>)> = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    acked.sort_by_key(|(v, _)| *v);
+    let total = acked.len() as u64;
+    let versions: Vec<u64> = acked.iter().map(|(v, _)| *v).collect();
+    assert_eq!(
+        versions,
+        (1..=total).collect::<Vec<_>>(),
+        "the batches of all relays got one gap-free sequence of versions"
+    );
+    // The reference: the state after each version.
+    let mut model: Vec<BTreeMap<DocumentName, Map>> = vec![BTreeMap::new()];
+    for (_, batch) in &acked {
+        let mut next = model.last().unwrap().clone();
+        for (n, f) in batch {
+            next.insert(n.clone(), f.clone());
+        }
+        model.push(next);
+    }
+    for (i, (_, l)) in listeners.iter_mut().enumerate() {
+        let snaps = snapshots_until(l, total).await;
+        let mut previous = 0;
+        for snap in &snaps {
+            assert!(
+                snap.version > previous,
+                "relay {i}: versions go forward ({previous} then {})",
+                snap.version
+            );
+            previous = snap.version;
+            assert_eq!(
+                state(&snap.documents),
+                model[snap.version as usize],
+                "relay {i}: the snapshot at version {} is the state at that version",
+                snap.version
+            );
+        }
+        assert_eq!(previous, total, "relay {i} reached the last version");
+    }
+}
+
+/// A batch that counts itself: sets `ops/b{i}` and adds one to `ops/count`.
+fn counted(i: u64) -> Vec<Mutation> {
+    vec![
+        Mutation::set(name(&format!("ops/b{i}")), map([("i", int(i as i64))])),
+        Mutation::set_merge(
+            name("ops/count"),
+            map([]),
+            hearth_core::mutation::SetMerge::MergeAll,
+        )
+        .with_transform(fp("n"), FieldTransform::Increment(Value::Integer(1))),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_retried_through_another_relay_after_a_kill_applies_once() {
+    let dir = TempDir::new("kill");
+    let (_, mut relays) = relays(&dir, 2, &[]);
+    let id = unique("retrier");
+    let c = Arc::new(relays[0].client_as(DB, &id).await);
+    let n = 200u64;
+    let ids: Vec<u64> = (0..n).map(|_| c.next_batch_id()).collect();
+    let mut sends = Vec::new();
+    for (i, batch_id) in ids.iter().copied().enumerate() {
+        let c = c.clone();
+        sends.push(tokio::spawn(async move {
+            c.write_with_id(batch_id, counted(i as u64), vec![]).await
+        }));
+    }
+    // Kill the first relay while its batches are committing.
+    for _ in 0..400 {
+        if sends.iter().filter(|s| s.is_finished()).count() >= 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    relays[0].kill9();
+    let mut first: HashMap<u64, u64> = HashMap::new();
+    for (i, s) in sends.into_iter().enumerate() {
+        if let Ok(Ok(v)) = s.await {
+            first.insert(i as u64, v);
+        }
+    }
+    assert!(
+        (first.len() as u64) < n,
+        "the kill came before every batch was acknowledged ({} of {n})",
+        first.len()
+    );
+    // The client retries every batch, under the same ids, through the other relay.
+    let c2 = relays[1].client_as(DB, &id).await;
+    for (i, batch_id) in ids.iter().copied().enumerate() {
+        let v = within(c2.write_with_id(batch_id, counted(i as u64), vec![]))
+            .await
+            .expect("the retry is answered");
+        if let Some(v1) = first.get(&(i as u64)) {
+            assert_eq!(v, *v1, "batch {i}: a retry gets the first commit's version");
+        }
+    }
+    let count = within(c2.get_one(&name("ops/count"))).await.unwrap().unwrap();
+    assert_eq!(
+        count.fields.get("n"),
+        Some(&int(n as i64)),
+        "each of the {n} batches applied exactly once ({} acknowledged before the kill)",
+        first.len()
+    );
+    let (ok, out) = check_url(&crate::pg::url_for(dir.path()));
+    assert!(ok, "check after the kill:\n{out}");
+}
+
+/// Runs `hearth-relay check --postgres URL`: (success, output).
+fn check_url(url: &str) -> (bool, String) {
+    let out = std::process::Command::new(relay_bin())
+        .args(["check", "--postgres", url])
+        .env("HEARTH_LOG", "warn")
+        .output()
+        .expect("running hearth-relay check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_notification_connection_delays_but_never_loses_a_change() {
+    let dir = TempDir::new("terminate");
+    // No poll for the test's length: only the notification connection, and the re-read
+    // when it comes back, can bring relay B the writes made through relay A.
+    let (_, relays) = relays(&dir, 2, &["--postgres-poll-ms", "600000"]);
+    let db = crate::pg::database_for(dir.path());
+    let writer = relays[0].client(DB).await;
+    let reader = relays[1].client(DB).await;
+    let mut l = within(reader.listen(&items(), None)).await.unwrap();
+    within(l.next()).await.unwrap();
+    for round in 0..5i64 {
+        let killed = crate::pg::server().sql(
+            "postgres",
+            &format!(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = '{db}' AND query LIKE 'LISTEN%'"
+            ),
+        );
+        assert_eq!(killed, "2", "both relays' notification connections were terminated");
+        // Written while B is not listening: its notification is lost.
+        let v = within(writer.write(vec![Mutation::set(
+            name(&format!("items/r{round}")),
+            map([("n", int(round))]),
+        )]))
+        .await
+        .unwrap();
+        let snaps = snapshots_until(&mut l, v).await;
+        let last = snaps.last().unwrap();
+        assert_eq!(last.version, v);
+        assert_eq!(last.documents.len(), round as usize + 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_before_a_truncated_changelog_gets_a_reset() {
+    let dir = TempDir::new("truncate");
+    let (_, relays) = relays(&dir, 2, &[]);
+    let db = crate::pg::database_for(dir.path());
+    let writer = relays[0].client(DB).await;
+    within(writer.write(vec![Mutation::set(name("items/a"), map([("n", int(1))]))]))
+        .await
+        .unwrap();
+    let reader = relays[1].client(DB).await;
+    let mut l = within(reader.listen(&items(), None)).await.unwrap();
+    let kept = within(l.next()).await.unwrap();
+    drop(l);
+    for i in 0..3 {
+        within(writer.write(vec![Mutation::set(
+            name(&format!("items/b{i}")),
+            map([("n", int(i))]),
+        )]))
+        .await
+        .unwrap();
+    }
+    // Resumed before the truncation: a delta.
+    let q = items();
+    let mut l = within(reader.resume(&q, kept.version, kept.documents.clone()))
+        .await
+        .unwrap();
+    let delta = within(l.next()).await.unwrap();
+    assert!(!delta.reset, "every commit since is held: a delta");
+    assert_eq!(delta.documents.len(), 4);
+    drop(l);
+    crate::pg::server().sql(&db, "DELETE FROM hearth_changelog");
+    let mut l = within(reader.resume(&q, kept.version, kept.documents.clone()))
+        .await
+        .unwrap();
+    let after = within(l.next()).await.unwrap();
+    assert!(after.reset, "the changelog lost the commits since: a reset");
+    assert_eq!(after.documents.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_postgres_loses_no_acknowledged_write() {
+    let server = crate::pg::Own::start("crash");
+    let url = server.0.url("crash");
+    let relay = Relay::fresh(&["--postgres", &url]);
+    let c = Arc::new(relay.client(DB).await);
+    let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (c, acked, failed, stop) = (c.clone(), acked.clone(), failed.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let path = format!("items/w{w}i{i}");
+                let m = Mutation::set(name(&path), map([("i", int(i))]));
+                match within(c.write(vec![m])).await {
+                    Ok(_) => acked.lock().unwrap().push((path, i)),
+                    // Refused while PostgreSQL is down: not acknowledged, may or may not
+                    // have committed.
+                    Err(_) => {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                i += 1;
+            }
+        }));
+    }
+    let count = |acked: &Arc<std::sync::Mutex<Vec<(String, i64)>>>| acked.lock().unwrap().len();
+    while count(&acked) < 200 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.0.crash_restart();
+    let at_restart = count(&acked);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while count(&acked) < at_restart + 200 {
+        assert!(std::time::Instant::now() < deadline, "writes resumed after the restart");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let reader = relay.client(DB).await;
+    let (docs, _) = within(reader.query(&items())).await.unwrap();
+    let present: HashMap<String, Map> = docs
+        .iter()
+        .map(|d| (d.name.to_string(), (*d.fields).clone()))
+        .collect();
+    for (path, i) in &acked {
+        assert_eq!(
+            present.get(path).and_then(|f| f.get("i")),
+            Some(&int(*i)),
+            "acknowledged write `{path}` survived the crash"
+        );
+    }
+    eprintln!(
+        "{} writes acknowledged ({at_restart} before the crash), {} refused while PostgreSQL was down",
+        acked.len(),
+        failed.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
