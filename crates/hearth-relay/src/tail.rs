@@ -191,7 +191,9 @@ fn catch_up(
     }
     let micros = view.head_micros()?;
     drop(snap);
-    relay.metrics().tail_lag(crate::commit::now_micros().saturating_sub(micros));
+    relay
+        .metrics()
+        .tail_lag(crate::commit::now_micros().saturating_sub(micros));
     *last = head;
     forward.send(
         vec![Committed {

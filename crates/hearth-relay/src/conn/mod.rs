@@ -644,7 +644,8 @@ async fn flusher(
                     out.backlogged().await;
                 }
                 out.flush().await
-            } => if r.is_err() {
+            } => if let Err(e) = r {
+                tracing::debug!(error = %e, overflowed = out.is_overflowed(), "the socket refused a write: closing");
                 return;
             },
             _ = tick.tick() => {

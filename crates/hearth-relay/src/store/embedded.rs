@@ -224,6 +224,12 @@ impl Backend for Embedded {
     }
 }
 
+/// A row of a redb table as its iterator gives it.
+type RowGuards<'a> = (
+    redb::AccessGuard<'a, &'static [u8]>,
+    redb::AccessGuard<'a, &'static [u8]>,
+);
+
 /// Reads `start..end` of a redb table, in either direction, at most `limit` rows.
 fn range_of<T: ReadableTable<&'static [u8], &'static [u8]>>(
     table: &T,
@@ -236,13 +242,7 @@ fn range_of<T: ReadableTable<&'static [u8], &'static [u8]>>(
         return Ok(Vec::new());
     }
     let iter = table.range(start..end)?;
-    let map = |row: Result<
-        (
-            redb::AccessGuard<'_, &'static [u8]>,
-            redb::AccessGuard<'_, &'static [u8]>,
-        ),
-        redb::StorageError,
-    >| {
+    let map = |row: Result<RowGuards<'_>, redb::StorageError>| {
         row.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
             .map_err(StoreError::from)
     };

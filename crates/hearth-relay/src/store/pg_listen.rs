@@ -54,13 +54,17 @@ pub(super) async fn listen(config: tokio_postgres::Config, watcher: Watcher) {
                                 }
                             }
                         }
-                        tracing::warn!("the PostgreSQL notification connection was lost: reconnecting");
+                        tracing::warn!(
+                            "the PostgreSQL notification connection was lost: reconnecting"
+                        );
                     }
                     Err(e) => tracing::warn!(error = %e, "LISTEN failed"),
                 }
                 driver.abort();
             }
-            Err(e) => tracing::warn!(error = %e, "cannot open the PostgreSQL notification connection"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the PostgreSQL notification connection")
+            }
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -140,7 +140,9 @@ impl Shared {
     /// A pooled connection.
     fn connection(&self) -> Result<Arc<Object>, StoreError> {
         let pool = self.pool.clone();
-        let conn = self.wait(async move { pool.get().await })?.map_err(pg_err)?;
+        let conn = self
+            .wait(async move { pool.get().await })?
+            .map_err(pg_err)?;
         Ok(Arc::new(conn))
     }
 }
@@ -230,7 +232,10 @@ async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
         .await
         .map_err(sql_err)?;
         let row = conn
-            .query_one("SELECT coalesce(max(version), 0) FROM hearth_migrations", &[])
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM hearth_migrations",
+                &[],
+            )
             .await
             .map_err(sql_err)?;
         let at: i32 = row.get(0);
@@ -586,7 +591,9 @@ impl WriteTxn for PgWrite {
     }
 
     fn put_meta(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.pending.meta.insert(key.to_owned(), Some(value.to_vec()));
+        self.pending
+            .meta
+            .insert(key.to_owned(), Some(value.to_vec()));
         Ok(())
     }
 
@@ -625,7 +632,9 @@ impl Postgres {
             true => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
             false => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off",
         };
-        reader.batch(begin).map_err(|e| TxnError::Fail(sql_err(e)))?;
+        reader
+            .batch(begin)
+            .map_err(|e| TxnError::Fail(sql_err(e)))?;
         let mut w = PgWrite {
             reader,
             pending: Pending::default(),

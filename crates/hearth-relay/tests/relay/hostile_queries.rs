@@ -135,7 +135,15 @@ async fn an_exploding_query_is_refused_and_the_relay_stays_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_20000_element_array_union_commits_quickly() {
-    let scene = Scene::start(&[]).await;
+    // `xs` is indexed for array-contains alone (20,000 entries): an ascending entry would
+    // hold the whole array in one key, over the PostgreSQL store's limit (`scale_out`).
+    let dir = TempDir::new("union");
+    let indexes = dir.file(
+        "indexes.json",
+        r#"{ "fieldOverrides": [ { "collectionGroup": "items", "fieldPath": "xs",
+              "indexes": [ { "arrayConfig": "CONTAINS", "queryScope": "COLLECTION" } ] } ] }"#,
+    );
+    let scene = Scene::start(&["--indexes", indexes.to_str().unwrap()]).await;
     let c = &scene.c;
     // A 20,000-element arrayUnion onto a 20,000-element array (half of it new), then a
     // 20,000-element arrayRemove: each one commit.

@@ -50,10 +50,7 @@ impl Own {
 
 impl Drop for Own {
     fn drop(&mut self) {
-        let _ = Command::new(script())
-            .arg("stop")
-            .arg(&self.0.dir)
-            .output();
+        let _ = Command::new(script()).arg("stop").arg(&self.0.dir).output();
         let _ = std::fs::remove_dir_all(&self.0.dir);
     }
 }
@@ -61,8 +58,7 @@ impl Drop for Own {
 impl Server {
     /// Starts a server (stopped at the latest when the test process is gone).
     fn start(tag: &str) -> Server {
-        let dir =
-            std::env::temp_dir().join(format!("hearth-pg-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("hearth-pg-{tag}-{}", std::process::id()));
         let port = free_port();
         let out = Command::new(script())
             .arg("start")
@@ -99,7 +95,15 @@ impl Server {
             .and_then(|d| d.flatten().map(|e| e.path().join("bin/psql")).max())
             .unwrap_or_else(|| PathBuf::from("psql"));
         let out = Command::new(psql)
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-tA"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tA",
+            ])
             .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
             .output()
             .expect("running psql");

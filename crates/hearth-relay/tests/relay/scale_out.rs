@@ -214,7 +214,10 @@ async fn a_batch_retried_through_another_relay_after_a_kill_applies_once() {
             assert_eq!(v, *v1, "batch {i}: a retry gets the first commit's version");
         }
     }
-    let count = within(c2.get_one(&name("ops/count"))).await.unwrap().unwrap();
+    let count = within(c2.get_one(&name("ops/count")))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         count.fields.get("n"),
         Some(&int(n as i64)),
@@ -259,7 +262,10 @@ async fn a_terminated_notification_connection_delays_but_never_loses_a_change() 
                  WHERE datname = '{db}' AND query LIKE 'LISTEN%'"
             ),
         );
-        assert_eq!(killed, "2", "both relays' notification connections were terminated");
+        assert_eq!(
+            killed, "2",
+            "both relays' notification connections were terminated"
+        );
         // Written while B is not listening: its notification is lost.
         let v = within(writer.write(vec![Mutation::set(
             name(&format!("items/r{round}")),
@@ -351,7 +357,10 @@ async fn a_crash_of_postgres_loses_no_acknowledged_write() {
     let at_restart = count(&acked);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while count(&acked) < at_restart + 200 {
-        assert!(std::time::Instant::now() < deadline, "writes resumed after the restart");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes resumed after the restart"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -377,4 +386,46 @@ async fn a_crash_of_postgres_loses_no_acknowledged_write() {
         acked.len(),
         failed.load(std::sync::atomic::Ordering::Relaxed)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_entry_over_the_key_limit_refuses_its_batch_alone() {
+    let dir = TempDir::new("long-key");
+    let indexes = dir.file(
+        "indexes.json",
+        r#"{ "fieldOverrides": [ { "collectionGroup": "notes", "fieldPath": "body", "indexes": [] } ] }"#,
+    );
+    let (_, relays) = relays(&dir, 1, &["--indexes", indexes.to_str().unwrap()]);
+    let c = Arc::new(relays[0].client(DB).await);
+    let long = "x".repeat(3000);
+    // Sent together, so they may share a group commit: the long key refuses its own batch.
+    let (bad, good) = tokio::join!(
+        within(c.write(vec![Mutation::set(
+            name("items/long"),
+            map([("t", s(&long))])
+        )])),
+        within(c.write(vec![Mutation::set(
+            name("items/short"),
+            map([("t", s("ok"))])
+        )])),
+    );
+    let err = bad.expect_err("an indexed 3,000-byte string");
+    assert_eq!(
+        err.code(),
+        Some(hearth_core::protocol::ErrorCode::InvalidArgument),
+        "{err}"
+    );
+    assert!(err.to_string().contains("limit of 2400"), "{err}");
+    good.expect("the other batch commits");
+    assert!(within(c.get_one(&name("items/long")))
+        .await
+        .unwrap()
+        .is_none());
+    // Exempt from indexing, the same value is stored.
+    within(c.write(vec![Mutation::set(
+        name("notes/long"),
+        map([("body", s(&long))]),
+    )]))
+    .await
+    .expect("an exempt field has no entries");
 }
