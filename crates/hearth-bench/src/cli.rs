@@ -67,6 +67,32 @@ pub(crate) enum Cmd {
     Random(InsertArgs),
     /// Security rules decisions in this process (no relay): per write and per list proof.
     Rules(RulesArgs),
+    /// Relays over one PostgreSQL database (or one relay on its embedded store):
+    /// cross-relay notification latency and committed batches per second.
+    Scale(ScaleArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct ScaleArgs {
+    /// The PostgreSQL database the relays share; without it, one relay on its embedded
+    /// store (the baseline).
+    #[arg(long)]
+    pub(crate) postgres: Option<String>,
+    /// Relays started over the PostgreSQL database.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) relays: usize,
+    /// Writes timed for the notification latency, one per interval.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) writes: usize,
+    /// Interval between those writes, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) interval_ms: u64,
+    /// Closed-loop writers for the throughput measurement, spread over the relays.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) writers: usize,
+    /// Seconds of the throughput measurement.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) seconds: f64,
 }
 
 #[derive(Args)]

@@ -11,6 +11,7 @@
 //! hearth-bench --spawn sequential --docs 20000 --clients 32     (runs `random` as its baseline)
 //! hearth-bench --url ws://127.0.0.1:8787/v1/ws random --docs 20000 --clients 32
 //! hearth-bench rules --iterations 200000        (in this process: rules decisions)
+//! hearth-bench --spawn scale --postgres postgres://... --relays 2   (scripts/bench-scale)
 //! hearth-bench --spawn --relay-arg=--rules --relay-arg=rules/bench.rules ycsb ...
 //! ```
 //!
@@ -32,6 +33,7 @@ mod inserts;
 mod measure;
 mod relay_proc;
 mod rules;
+mod scale;
 mod ycsb;
 
 use std::time::Duration;
@@ -60,6 +62,7 @@ fn main() -> Result<()> {
             Cmd::Sequential(a) => inserts::inserts(&t, a, InsertMode::Sequential).await,
             Cmd::Random(a) => inserts::inserts(&t, a, InsertMode::Random).await,
             Cmd::Rules(a) => rules::rules(a),
+            Cmd::Scale(a) => scale::scale(&t, a).await,
         }
     });
     // Connections still open are dropped with the runtime; do not wait for their tasks.

@@ -80,6 +80,9 @@ pub struct Config {
     /// How often the heads of a shared store are polled for other relays' commits (the
     /// longest a lost notification delays a change).
     pub postgres_poll: Duration,
+    /// Whether a shared store's notifications are listened to (off: polling alone, for
+    /// measuring it).
+    pub postgres_listen: bool,
 }
 
 impl Config {
@@ -114,6 +117,7 @@ impl Config {
             postgres_url: None,
             postgres_pool: 16,
             postgres_poll: Duration::from_millis(50),
+            postgres_listen: true,
         }
     }
 }

@@ -123,6 +123,10 @@ struct ServeArgs {
     /// relays' commits: the longest a lost notification delays a change.
     #[arg(long, env = "HEARTH_POSTGRES_POLL_MS", default_value_t = 50)]
     postgres_poll_ms: u64,
+    /// Listen for other relays' commit notifications (`false`: polling alone, which only
+    /// adds latency; for measuring it).
+    #[arg(long, env = "HEARTH_POSTGRES_LISTEN", default_value_t = true, action = clap::ArgAction::Set)]
+    postgres_listen: bool,
     /// PEM file of an RS256 public key that verifies client tokens.
     #[arg(long, env = "HEARTH_AUTH_RS256_KEY")]
     auth_rs256_key: Option<PathBuf>,
@@ -355,6 +359,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.postgres_url = args.postgres.clone().filter(|u| !u.is_empty());
     config.postgres_pool = args.postgres_pool.max(2);
     config.postgres_poll = Duration::from_millis(args.postgres_poll_ms.max(1));
+    config.postgres_listen = args.postgres_listen;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

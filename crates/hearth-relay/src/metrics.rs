@@ -46,7 +46,9 @@ pub struct Metrics {
     outbound_bytes: AtomicI64,
     /// Connections closed because they read too slowly.
     slow_consumers_dropped: AtomicU64,
+    /// Other relays' commits found by polling a shared store's heads.
     poll_catch_ups: AtomicU64,
+    /// Time from another relay's commit to this relay's fan-out.
     tail_lag: Histogram,
     /// Series labelled by database, keyed and rendered in name order.
     databases: Mutex<BTreeMap<String, DatabaseSeries>>,

@@ -141,7 +141,8 @@ impl Relay {
         }
         fanout_thread::spawn(Arc::downgrade(&relay), rounds)?;
         if let Some(inlet) = tail {
-            crate::tail::spawn(&relay, inlet, relay.config.postgres_poll)?;
+            let config = &relay.config;
+            crate::tail::spawn(&relay, inlet, config.postgres_poll, config.postgres_listen)?;
         }
         relay.ready.store(true, Ordering::Release);
         Ok(relay)

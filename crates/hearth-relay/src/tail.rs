@@ -44,13 +44,20 @@ pub(crate) struct Inlet {
     pub(crate) forward: Forward,
 }
 
-/// Starts the tail thread of `relay`: it listens to the store's notifications and polls
-/// its heads every `poll`.
-pub(crate) fn spawn(relay: &Arc<Relay>, inlet: Inlet, poll: Duration) -> std::io::Result<()> {
+/// Starts the tail thread of `relay`: it listens to the store's notifications (with
+/// `listen`) and polls its heads every `poll`.
+pub(crate) fn spawn(
+    relay: &Arc<Relay>,
+    inlet: Inlet,
+    poll: Duration,
+    listen: bool,
+) -> std::io::Result<()> {
     let sender = std::sync::Mutex::new(inlet.sender);
-    relay.store().watch(Arc::new(move |w| {
-        let _ = sender.lock().expect("tail sender").send(Event::Heard(w));
-    }));
+    if listen {
+        relay.store().watch(Arc::new(move |w| {
+            let _ = sender.lock().expect("tail sender").send(Event::Heard(w));
+        }));
+    }
     let weak = Arc::downgrade(relay);
     std::thread::Builder::new()
         .name("hearth-tail".into())
