@@ -130,6 +130,10 @@ pub(crate) struct YcsbArgs {
     /// Override the workload's read fraction (0..1), e.g. 1.0 for a read-only control run.
     #[arg(long)]
     pub(crate) read_proportion: Option<f64>,
+    /// Relays spawned, the connections spread over them (more than one needs them to share
+    /// a store: `--relay-arg=--postgres=URL`); CPU and metrics are those of the first.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) relays: usize,
 }
 
 #[derive(Args)]

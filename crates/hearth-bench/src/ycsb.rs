@@ -49,21 +49,39 @@ struct StepStats {
 }
 
 pub(crate) async fn ycsb(t: &TargetArgs, a: YcsbArgs) -> Result<()> {
-    let relay = Relay::open(t).await?;
-    let res = ycsb_on(&relay, t, &a).await;
-    relay.stop();
+    if a.relays > 1 && !(t.spawn && t.relay_arg.iter().any(|r| r.starts_with("--postgres"))) {
+        bail!("--relays above 1 spawns relays sharing a store: give --spawn and --relay-arg=--postgres=URL");
+    }
+    let mut relays = Vec::new();
+    for _ in 0..a.relays.max(1) {
+        relays.push(Relay::open(t).await?);
+    }
+    let res = ycsb_on(&relays, t, &a).await;
+    for r in relays {
+        r.stop();
+    }
     res
 }
 
-async fn ycsb_on(relay: &Relay, t: &TargetArgs, a: &YcsbArgs) -> Result<()> {
+async fn ycsb_on(relays: &[Relay], t: &TargetArgs, a: &YcsbArgs) -> Result<()> {
+    // CPU and metrics are probed on the first relay.
+    let relay = &relays[0];
     let (wl, read_frac) = match a.workload {
         Workload::A => ("a", 0.5),
         Workload::B => ("b", 0.95),
     };
     let read_frac = a.read_proportion.unwrap_or(read_frac).clamp(0.0, 1.0);
     let tag = run_tag();
-    let (clients, errs) =
-        connect_many(&relay.url, t, &format!("ycsb-{tag}"), a.clients.max(1), 64).await;
+    // The connections, spread evenly over the relays.
+    let mut clients = Vec::new();
+    let mut errs = Vec::new();
+    let n = relays.len();
+    for (i, r) in relays.iter().enumerate() {
+        let share = a.clients.max(n) / n + usize::from(i < a.clients.max(n) % n);
+        let (c, e) = connect_many(&r.url, t, &format!("ycsb-{tag}-{i}"), share, 64).await;
+        clients.extend(c);
+        errs.extend(e);
+    }
     if !errs.is_empty() {
         bail!(
             "{} of {} connections failed: {}",
@@ -228,7 +246,7 @@ async fn ycsb_on(relay: &Relay, t: &TargetArgs, a: &YcsbArgs) -> Result<()> {
         emit(merge(
             json!({
                 "bench": "ycsb", "workload": wl,
-                "params": {"records": a.records, "target_qps": qps, "seconds": a.seconds, "warmup_s": a.warmup, "clients": a.clients, "value_bytes": a.value_bytes, "read_proportion": read_frac},
+                "params": {"records": a.records, "target_qps": qps, "seconds": a.seconds, "warmup_s": a.warmup, "clients": a.clients, "value_bytes": a.value_bytes, "read_proportion": read_frac, "relays": relays.len(), "relay_args": t.relay_arg},
                 "ops": ops,
                 "duration_s": round3(window_s),
                 "throughput": round3(ops as f64 / window_s.max(1e-9)),

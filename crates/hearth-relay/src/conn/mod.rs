@@ -496,14 +496,20 @@ impl Connection {
         tokio::pin!(failed);
         // Whether the client closed (the reader answered its Close already).
         let mut peer_closed = false;
+        // Why the connection ends, for the log.
+        let mut ended = "overflowed";
         loop {
             tokio::select! {
                 _ = &mut overflow => break,
-                _ = &mut failed => break,
+                _ = &mut failed => {
+                    ended = "the socket refused a write";
+                    break;
+                }
                 msg = stream.next() => {
                     match msg {
                         Some(Ok(Message::Binary(b))) => {
                             if !conn.handle(&b).await {
+                                ended = "a request ended it";
                                 break;
                             }
                         }
@@ -511,6 +517,7 @@ impl Connection {
                         Some(Ok(Message::Text(_))) => {
                             relay.metrics().protocol_error("text_frame");
                             out.send_message(&error(0, 0, ErrorCode::InvalidArgument, "text frames are not part of the protocol: send binary frames"));
+                            ended = "a text frame";
                             break;
                         }
                         Some(Ok(Message::Close(_))) => {
@@ -520,20 +527,26 @@ impl Connection {
                             // Nothing may follow the Close reply (RFC 6455 §5.5.1).
                             out.close(true);
                             peer_closed = true;
+                            ended = "the client closed";
                             break;
                         }
                         None => {
                             peer_closed = true;
+                            ended = "the client's stream ended";
                             break;
                         }
                         Some(Err(e)) => {
                             relay.metrics().protocol_error("transport");
                             out.send_message(&error(0, 0, ErrorCode::InvalidArgument, format!("bad frame: {e}")));
+                            ended = "a transport error";
                             break;
                         }
                     }
                 }
-                _ = stop.changed() => break,
+                _ = stop.changed() => {
+                    ended = "the relay is stopping";
+                    break;
+                }
                 // The token expired without a fresh one: the connection's listens end with
                 // `unauthenticated` (requests are refused until an `Auth` replaces it).
                 _ = until_expiry(conn.auth.expires_at),
@@ -566,7 +579,7 @@ impl Connection {
             out.shutdown_write();
             discard_input(&mut stream.get_mut().read).await;
         }
-        tracing::debug!(conn = id, "connection closed");
+        tracing::debug!(conn = id, reason = ended, "connection closed");
     }
 
     fn send(&self, m: &ServerMessage) {

@@ -521,7 +521,12 @@ async fn a_slow_consumer_is_dropped_while_others_keep_up() {
     // The payload field is exempt from indexing: the test is about fan-out, not indexes.
     let dir = TempDir::new("slow");
     let indexes = dir.payload_exempt_indexes("busy");
-    let relay = Relay::fresh(&["--max-outbound-bytes", "65536", "--indexes", &indexes]);
+    // With the connections' debug log: a failure shows how the slow one ended.
+    let relay = Relay::start_with_env(
+        dir.path(),
+        &["--max-outbound-bytes", "65536", "--indexes", &indexes],
+        &[("HEARTH_LOG", "info,hearth_relay::conn=debug")],
+    );
     let writer = relay.client("busy").await;
     let q = Query::collection(coll("busy"));
     let mut good = within(writer.listen(&q, None)).await.unwrap();
