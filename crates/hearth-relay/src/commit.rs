@@ -408,13 +408,29 @@ fn apply_in(
         // Every database of the round, its head locked (in name order, so two relays
         // committing to the same databases never wait for each other in a cycle): from
         // here on no other writer commits to it until this transaction ends.
-        let mut names: Vec<&String> = round.iter().map(|(db, _)| db).collect();
-        names.sort();
+        // Read ahead with them: each batch's idempotency record, and the documents it
+        // writes and revalidates.
+        let mut names: Vec<&str> = round.iter().map(|(db, _)| db.as_str()).collect();
+        names.sort_unstable();
         names.dedup();
-        for db in names {
-            let head = w.lock_head(db)?;
+        let mut reads = Vec::new();
+        for (db, req) in round {
+            let prefix = db_prefix(db);
+            reads.push((Tab::Batches, batch_key(db, &req.client_id, req.batch_id)));
+            let docs = req.mutations.iter().map(|m| &m.name);
+            for name in docs.chain(req.reads.iter().map(|(n, _)| n)) {
+                reads.push((
+                    Tab::Documents,
+                    [prefix.as_slice(), &document_key(name)].concat(),
+                ));
+            }
+        }
+        reads.sort_unstable();
+        reads.dedup();
+        let heads = w.begin_commit(&names, &reads)?;
+        for (db, head) in names.into_iter().zip(heads) {
             let state = dbs
-                .get_mut(db.as_str())
+                .get_mut(db)
                 .expect("databases are registered before writes");
             let (version, micros) = head.unwrap_or((0, 0));
             state.version = version;

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::fanout::Fanout;
 use crate::indexes::{backfill_changed, BACKFILL_CHUNK};
 use crate::metrics::Metrics;
+use crate::state::read_slots_per_database;
 use crate::store::{Store, StoreError};
 use hearth_core::index::def::IndexCatalog;
 
@@ -38,15 +39,16 @@ pub struct Database {
 }
 
 impl Database {
-    /// A database at commit `version`, planning with `catalog`.
-    fn new(name: String, version: u64, catalog: IndexCatalog) -> Database {
+    /// A database at commit `version`, planning with `catalog`, with `read_slots` of the
+    /// relay's read slots.
+    fn new(name: String, version: u64, catalog: IndexCatalog, read_slots: usize) -> Database {
         Database {
             name,
             fanout: Fanout::new(version),
             opened_at: version,
             catalog: RwLock::new(catalog),
             building: tokio::sync::Mutex::new(()),
-            read_slots: tokio::sync::Semaphore::new(crate::state::read_slots_per_database()),
+            read_slots: tokio::sync::Semaphore::new(read_slots),
         }
     }
 
@@ -145,7 +147,12 @@ impl Databases {
             )?;
             databases.lock().insert(
                 name.clone(),
-                Arc::new(Database::new(name, version, base.clone())),
+                Arc::new(Database::new(
+                    name,
+                    version,
+                    base.clone(),
+                    read_slots_per_database(config),
+                )),
             );
         }
         if let Some(names) = &config.databases {
@@ -216,7 +223,8 @@ fn create(
         name,
         catalog.clone(),
     )?;
-    let db = Arc::new(Database::new(name.to_owned(), version, catalog));
+    let slots = read_slots_per_database(config);
+    let db = Arc::new(Database::new(name.to_owned(), version, catalog, slots));
     dbs.insert(name.to_owned(), db.clone());
     tracing::info!(database = %name, "database created");
     Ok(db)

@@ -75,17 +75,22 @@ pub enum RelayError {
     Rules(#[from] crate::rules::RulesLoadError),
 }
 
-/// How many storage reads run at once: two per core, at least four (a read mostly decodes
-/// pages the operating system has cached).
-fn readers() -> usize {
-    std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4))
+/// How many storage reads run at once: on the embedded store two per core, at least four
+/// (a read mostly decodes pages the operating system has cached); over PostgreSQL, where a
+/// read mostly waits for the server, one per pooled connection but the two the committer
+/// and the tail use.
+fn readers(config: &Config) -> usize {
+    match config.postgres_url {
+        Some(_) => config.postgres_pool.saturating_sub(2).max(4),
+        None => std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).max(4)),
+    }
 }
 
 /// How many storage reads of one database run at once: half of [`readers`], so the reads
 /// of one database (a tenant sending large scans or listens over and over) always leave
 /// slots to the others, which wait behind at most that many of its reads.
-pub(crate) fn read_slots_per_database() -> usize {
-    (readers() / 2).max(1)
+pub(crate) fn read_slots_per_database(config: &Config) -> usize {
+    (readers(config) / 2).max(1)
 }
 
 impl Relay {
@@ -111,6 +116,7 @@ impl Relay {
             })
             .collect();
         let metrics = Arc::new(Metrics::new());
+        let read_slots = readers(&config);
         let databases = Databases::open(&store, &committers, &config, &metrics)?;
         let relay = Arc::new(Relay {
             config,
@@ -121,7 +127,7 @@ impl Relay {
             databases,
             next_conn: AtomicU64::new(1),
             ready: AtomicBool::new(false),
-            readers: tokio::sync::Semaphore::new(readers()),
+            readers: tokio::sync::Semaphore::new(read_slots),
             rules,
             committer_threads: Mutex::new(Vec::new()),
         });

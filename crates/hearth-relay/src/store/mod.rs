@@ -31,6 +31,7 @@
 
 mod embedded;
 mod pg_listen;
+mod pg_write;
 mod postgres;
 pub mod txn;
 mod view;

@@ -28,7 +28,6 @@
 //! threads, blocking reads); this backend runs the PostgreSQL client on a small runtime of
 //! its own and waits for each call's answer on a channel, which works from any thread.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +36,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn, WriteTxn};
+use super::pg_write::PgWrite;
+use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn};
 use super::StoreError;
 
 /// The schema's migrations, in order: migration `i + 1` is `MIGRATIONS[i]`. Applied once
@@ -58,14 +58,11 @@ const MIGRATION_LOCK: i64 = 0x6865_6172_7468;
 /// The notification channel.
 pub const CHANNEL: &str = "hearth";
 
-/// The longest key stored: a PostgreSQL B-tree entry must fit in a third of a page (2,704
-/// bytes with its header), whatever its compression.
-pub const MAX_KEY_BYTES: usize = 2400;
-
 /// Times a transaction that failed to serialize is run again before the error is returned.
 const RETRIES: usize = 20;
 
-fn table(t: Tab) -> &'static str {
+/// The table of `t`.
+pub(super) fn table(t: Tab) -> &'static str {
     match t {
         Tab::Documents => "hearth_documents",
         Tab::Index => "hearth_index",
@@ -74,7 +71,8 @@ fn table(t: Tab) -> &'static str {
     }
 }
 
-const TABS: [Tab; 4] = [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches];
+/// Every byte-keyed table, in [`Tab`] order.
+pub(super) const TABS: [Tab; 4] = [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches];
 
 fn pg_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Postgres(e.to_string())
@@ -90,7 +88,7 @@ fn retryable(e: &tokio_postgres::Error) -> bool {
 
 /// A client error as a store error, with the server's message when it sent one:
 /// [`StoreError::Serialization`] when running the transaction again resolves it.
-fn sql_err(e: tokio_postgres::Error) -> StoreError {
+pub(super) fn sql_err(e: tokio_postgres::Error) -> StoreError {
     let text = match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => e.to_string(),
@@ -269,23 +267,62 @@ async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
 }
 
 /// Reads through one connection: a snapshot's, or a write transaction's.
-struct Reader {
+pub(super) struct Reader {
     shared: Arc<Shared>,
     conn: Arc<Object>,
+    /// A snapshot's `BEGIN`, not sent yet: it goes with the first query, in the same
+    /// round trip (the client pipelines requests made together).
+    begin: std::sync::Mutex<Option<&'static str>>,
 }
 
 impl Reader {
-    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let (conn, key) = (self.conn.clone(), key.to_vec());
-        let sql = format!("SELECT value FROM {} WHERE key = $1", table(t));
+    fn new(shared: Arc<Shared>, conn: Arc<Object>, begin: Option<&'static str>) -> Reader {
+        Reader {
+            shared,
+            conn,
+            begin: std::sync::Mutex::new(begin),
+        }
+    }
+
+    /// Runs `query` on the connection, after the pending `BEGIN` if there is one.
+    pub(super) fn run<T: Send + 'static, F>(
+        &self,
+        query: impl FnOnce(Arc<Object>) -> F + Send + 'static,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let begin = self.begin.lock().expect("begin lock").take();
+        let conn = self.conn.clone();
         self.shared.wait(async move {
-            let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
-            let row = conn.query_opt(&stmt, &[&key]).await.map_err(sql_err)?;
-            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+            match begin {
+                None => query(conn).await,
+                Some(sql) => {
+                    let c = conn.clone();
+                    let (began, result) = tokio::join!(c.batch_execute(sql), query(conn));
+                    began.map_err(sql_err)?;
+                    result
+                }
+            }
         })?
     }
 
-    fn range(
+    /// Whether the transaction was begun (its `BEGIN` sent).
+    pub(super) fn begun(&self) -> bool {
+        self.begin.lock().expect("begin lock").is_none()
+    }
+
+    pub(super) fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_vec();
+        let sql = format!("SELECT value FROM {} WHERE key = $1", table(t));
+        self.run(move |conn| async move {
+            let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
+            let row = conn.query_opt(&stmt, &[&key]).await.map_err(sql_err)?;
+            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        })
+    }
+
+    pub(super) fn range(
         &self,
         t: Tab,
         start: &[u8],
@@ -296,14 +333,14 @@ impl Reader {
         if start >= end || limit == 0 {
             return Ok(Vec::new());
         }
-        let (conn, start, end) = (self.conn.clone(), start.to_vec(), end.to_vec());
+        let (start, end) = (start.to_vec(), end.to_vec());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let sql = format!(
             "SELECT key, value FROM {} WHERE key >= $1 AND key < $2 ORDER BY key {} LIMIT $3",
             table(t),
             if reverse { "DESC" } else { "ASC" }
         );
-        self.shared.wait(async move {
+        self.run(move |conn| async move {
             let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
             let rows = conn
                 .query(&stmt, &[&start, &end, &limit])
@@ -313,37 +350,37 @@ impl Reader {
                 .into_iter()
                 .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
                 .collect())
-        })?
+        })
     }
 
-    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let (conn, key) = (self.conn.clone(), key.to_owned());
-        self.shared.wait(async move {
+    pub(super) fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_owned();
+        self.run(move |conn| async move {
             let stmt = conn
                 .prepare_cached("SELECT value FROM hearth_meta WHERE key = $1")
                 .await
                 .map_err(sql_err)?;
             let row = conn.query_opt(&stmt, &[&key]).await.map_err(sql_err)?;
             Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
-        })?
+        })
     }
 
     /// `db`'s head, locked for the transaction with `lock`.
-    fn head(&self, db: &str, lock: bool) -> Result<Option<(u64, i64)>, StoreError> {
-        let (conn, db) = (self.conn.clone(), db.to_owned());
+    pub(super) fn head(&self, db: &str, lock: bool) -> Result<Option<(u64, i64)>, StoreError> {
+        let db = db.to_owned();
         let sql = match lock {
             true => "SELECT version, commit_micros FROM hearth_heads WHERE db = $1 FOR UPDATE",
             false => "SELECT version, commit_micros FROM hearth_heads WHERE db = $1",
         };
-        self.shared.wait(async move {
+        self.run(move |conn| async move {
             let stmt = conn.prepare_cached(sql).await.map_err(sql_err)?;
             let row = conn.query_opt(&stmt, &[&db]).await.map_err(sql_err)?;
             Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1))))
-        })?
+        })
     }
 
     /// Runs `sql` (no results) and waits.
-    fn batch(&self, sql: &'static str) -> Result<(), tokio_postgres::Error> {
+    pub(super) fn batch(&self, sql: &'static str) -> Result<(), tokio_postgres::Error> {
         let conn = self.conn.clone();
         match self
             .shared
@@ -361,6 +398,9 @@ struct PgRead(Reader);
 
 impl Drop for PgRead {
     fn drop(&mut self) {
+        if !self.0.begun() {
+            return;
+        }
         let conn = self.0.conn.clone();
         self.0.shared.handle().spawn(async move {
             let _ = conn.batch_execute("COMMIT").await;
@@ -393,266 +433,25 @@ impl ReadTxn for PgRead {
     }
 }
 
-/// A write transaction's buffered writes (`None`: a deletion) and heads, sent at commit.
-#[derive(Default)]
-struct Pending {
-    tables: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 4],
-    meta: BTreeMap<String, Option<Vec<u8>>>,
-    heads: BTreeMap<String, (u64, i64)>,
-}
-
-/// A write transaction in progress.
-struct PgWrite {
-    reader: Reader,
-    pending: Pending,
-    /// The first failure to serialize: the transaction is rolled back and run again.
-    retry: Option<String>,
-}
-
-impl PgWrite {
-    /// Notes a failure: one to serialize makes the transaction run again.
-    fn check<T>(&mut self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(StoreError::Serialization(m)) = &r {
-            self.retry.get_or_insert_with(|| m.clone());
-        }
-        r
-    }
-
-    /// Sends the buffered writes of table `t`.
-    fn flush_table(&mut self, t: Tab) -> Result<(), StoreError> {
-        let rows = std::mem::take(&mut self.pending.tables[t as usize]);
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let (mut keys, mut values, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-        for (k, v) in rows {
-            match v {
-                Some(v) => {
-                    keys.push(k);
-                    values.push(v);
-                }
-                None => gone.push(k),
-            }
-        }
-        let conn = self.reader.conn.clone();
-        let name = table(t);
-        let r = self.reader.shared.wait(async move {
-            if !gone.is_empty() {
-                let sql = format!("DELETE FROM {name} WHERE key = ANY($1)");
-                let stmt = conn.prepare_cached(&sql).await?;
-                conn.execute(&stmt, &[&gone]).await?;
-            }
-            if !keys.is_empty() {
-                let sql = format!(
-                    "INSERT INTO {name} (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
-                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-                );
-                let stmt = conn.prepare_cached(&sql).await?;
-                conn.execute(&stmt, &[&keys, &values]).await?;
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        });
-        let r = r.and_then(|r| r.map_err(sql_err));
-        self.check(r)
-    }
-
-    /// Sends every buffered write, the heads last.
-    fn flush(&mut self) -> Result<Vec<(String, u64)>, StoreError> {
-        for t in TABS {
-            self.flush_table(t)?;
-        }
-        let meta = std::mem::take(&mut self.pending.meta);
-        let heads = std::mem::take(&mut self.pending.heads);
-        let changed: Vec<(String, u64)> = heads.iter().map(|(d, (v, _))| (d.clone(), *v)).collect();
-        let conn = self.reader.conn.clone();
-        let r = self.reader.shared.wait(async move {
-            for (k, v) in meta {
-                match v {
-                    Some(v) => {
-                        conn.execute(
-                            "INSERT INTO hearth_meta (key, value) VALUES ($1, $2) \
-                             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                            &[&k, &v],
-                        )
-                        .await?
-                    }
-                    None => {
-                        conn.execute("DELETE FROM hearth_meta WHERE key = $1", &[&k])
-                            .await?
-                    }
-                };
-            }
-            if !heads.is_empty() {
-                let dbs: Vec<&String> = heads.keys().collect();
-                let versions: Vec<i64> = heads.values().map(|(v, _)| *v as i64).collect();
-                let micros: Vec<i64> = heads.values().map(|(_, m)| *m).collect();
-                // A head never moves back: a relay registering a database another relay
-                // just created and wrote leaves its head as it is.
-                let stmt = conn
-                    .prepare_cached(
-                        "INSERT INTO hearth_heads (db, version, commit_micros) \
-                         SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
-                         ON CONFLICT (db) DO UPDATE SET version = EXCLUDED.version, \
-                         commit_micros = EXCLUDED.commit_micros \
-                         WHERE hearth_heads.version <= EXCLUDED.version",
-                    )
-                    .await?;
-                conn.execute(&stmt, &[&dbs, &versions, &micros]).await?;
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        });
-        let r = r.and_then(|r| r.map_err(sql_err));
-        self.check(r)?;
-        Ok(changed)
-    }
-}
-
-impl ReadTxn for PgWrite {
-    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.pending.tables[t as usize].get(key) {
-            Some(v) => Ok(v.clone()),
-            None => self.reader.get(t, key),
-        }
-    }
-
-    fn range(
-        &self,
-        t: Tab,
-        start: &[u8],
-        end: &[u8],
-        reverse: bool,
-        limit: usize,
-    ) -> Result<Rows, StoreError> {
-        if start < end
-            && self.pending.tables[t as usize]
-                .range(start.to_vec()..end.to_vec())
-                .next()
-                .is_some()
-        {
-            return Err(StoreError::Postgres(
-                "a range read over this transaction's own unsent writes".into(),
-            ));
-        }
-        self.reader.range(t, start, end, reverse, limit)
-    }
-
-    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.pending.meta.get(key) {
-            Some(v) => Ok(v.clone()),
-            None => self.reader.meta(key),
-        }
-    }
-
-    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        match self.pending.heads.get(db) {
-            Some(h) => Ok(Some(*h)),
-            None => self.reader.head(db, false),
-        }
-    }
-}
-
-impl WriteTxn for PgWrite {
-    fn put(&mut self, t: Tab, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        self.pending.tables[t as usize].insert(key.to_vec(), Some(value.to_vec()));
-        Ok(())
-    }
-
-    fn delete(&mut self, t: Tab, key: &[u8]) -> Result<(), StoreError> {
-        self.pending.tables[t as usize].insert(key.to_vec(), None);
-        Ok(())
-    }
-
-    fn retain(
-        &mut self,
-        t: Tab,
-        start: &[u8],
-        end: &[u8],
-        keep: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.flush_table(t)?;
-        let mut from = start.to_vec();
-        loop {
-            let rows = self.reader.range(t, &from, end, false, 1024);
-            let rows = self.check(rows)?;
-            for (k, v) in &rows {
-                if !keep(k, v) {
-                    self.pending.tables[t as usize].insert(k.clone(), None);
-                }
-            }
-            match rows.last() {
-                Some((k, _)) if rows.len() == 1024 => {
-                    from = k.clone();
-                    from.push(0);
-                }
-                _ => break,
-            }
-        }
-        self.flush_table(t)
-    }
-
-    fn put_meta(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.pending
-            .meta
-            .insert(key.to_owned(), Some(value.to_vec()));
-        Ok(())
-    }
-
-    fn delete_meta(&mut self, key: &str) -> Result<(), StoreError> {
-        self.pending.meta.insert(key.to_owned(), None);
-        Ok(())
-    }
-
-    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        if let Some(h) = self.pending.heads.get(db) {
-            return Ok(Some(*h));
-        }
-        let r = self.reader.head(db, true);
-        self.check(r)
-    }
-
-    fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError> {
-        self.pending.heads.insert(db.to_owned(), (version, micros));
-        Ok(())
-    }
-
-    fn max_key_bytes(&self) -> Option<usize> {
-        Some(MAX_KEY_BYTES)
-    }
-}
-
 impl Postgres {
     /// One run of a write transaction: `Ok` with the heads it moved once committed.
     fn write_once(&self, durable: bool, work: WriteFn<'_>) -> Result<Vec<(String, u64)>, TxnError> {
         let conn = self.shared.connection().map_err(TxnError::Fail)?;
-        let reader = Reader {
-            shared: self.shared.clone(),
-            conn,
-        };
+        // Sent with the transaction's first statement.
         let begin = match durable {
             true => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on",
             false => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off",
         };
-        reader
-            .batch(begin)
-            .map_err(|e| TxnError::Fail(sql_err(e)))?;
-        let mut w = PgWrite {
-            reader,
-            pending: Pending::default(),
-            retry: None,
-        };
-        let result = work(&mut w).and_then(|()| w.flush());
+        let mut w = PgWrite::new(Reader::new(self.shared.clone(), conn, Some(begin)));
+        let result = work(&mut w).and_then(|()| w.commit());
         let outcome = match result {
-            Ok(changed) => match w.reader.batch("COMMIT") {
-                Ok(()) => return Ok(changed),
-                Err(e) if retryable(&e) => TxnError::Retry(e.to_string()),
-                Err(e) => TxnError::Fail(sql_err(e)),
-            },
+            Ok(changed) => return Ok(changed),
             Err(e) => match w.retry.take() {
                 Some(m) => TxnError::Retry(m),
                 None => TxnError::Fail(e),
             },
         };
-        let _ = w.reader.batch("ROLLBACK");
+        w.roll_back();
         Err(outcome)
     }
 
@@ -687,14 +486,13 @@ impl Backend for Postgres {
     }
 
     fn read(&self, _shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
-        let reader = Reader {
-            shared: self.shared.clone(),
-            conn: self.shared.connection()?,
-        };
-        reader
-            .batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .map_err(sql_err)?;
-        Ok(Box::new(PgRead(reader)))
+        let conn = self.shared.connection()?;
+        let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+        Ok(Box::new(PgRead(Reader::new(
+            self.shared.clone(),
+            conn,
+            Some(begin),
+        ))))
     }
 
     fn write(&self, _shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {

@@ -70,6 +70,18 @@ pub trait WriteTxn: ReadTxn {
     /// from here on (PostgreSQL: the head row's lock, held to the end of the transaction,
     /// so every check that follows sees every earlier commit, from whichever relay).
     fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError>;
+    /// Locks the heads of `dbs` (sorted, without repeats) as [`WriteTxn::lock_head`] does,
+    /// and reads `reads` ahead: the transaction's reads of them may be served from what was
+    /// read here, since no other writer changes a locked database's rows. Returns the
+    /// heads, in the order of `dbs`.
+    fn begin_commit(
+        &mut self,
+        dbs: &[&str],
+        reads: &[(Tab, Vec<u8>)],
+    ) -> Result<Vec<Option<(u64, i64)>>, StoreError> {
+        let _ = reads;
+        dbs.iter().map(|db| self.lock_head(db)).collect()
+    }
     /// Sets database `db`'s head (registering it when new).
     fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError>;
     /// The longest key the backend stores (`None`: no limit of its own). The committer

@@ -1,0 +1,391 @@
+//! A write transaction of the PostgreSQL backend. Its writes are buffered (its reads see
+//! them) and sent at the end, every statement and the `COMMIT` in one round trip; a group
+//! commit's first round trip (`BEGIN`, the head locks, and the reads ahead of the batches'
+//! documents and idempotency records) is one too. So a round costs two round trips and the
+//! server's commit, whatever its batches hold.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use deadpool_postgres::Object;
+
+use super::postgres::{sql_err, table, Reader, TABS};
+use super::txn::{ReadTxn, Rows, Tab, WriteTxn};
+use super::StoreError;
+
+/// The longest key stored: a PostgreSQL B-tree entry must fit in a third of a page (2,704
+/// bytes with its header), whatever its compression.
+pub const MAX_KEY_BYTES: usize = 2400;
+
+/// A write transaction's buffered writes (`None`: a deletion) and heads, sent at commit.
+#[derive(Default)]
+struct Pending {
+    tables: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 4],
+    meta: BTreeMap<String, Option<Vec<u8>>>,
+    heads: BTreeMap<String, (u64, i64)>,
+}
+
+/// A write transaction in progress.
+pub(super) struct PgWrite {
+    reader: Reader,
+    pending: Pending,
+    /// Rows read ahead (`None`: absent), valid for the transaction: they are read after
+    /// the heads of their databases are locked.
+    cache: HashMap<(Tab, Vec<u8>), Option<Vec<u8>>>,
+    /// The first failure to serialize: the transaction is rolled back and run again.
+    pub(super) retry: Option<String>,
+}
+
+type Job = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
+
+/// The statements that send `rows` of table `t` (prepared on `conn`, not yet run).
+async fn table_jobs(
+    conn: &Arc<Object>,
+    t: Tab,
+    rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    jobs: &mut Vec<Job>,
+) -> Result<(), tokio_postgres::Error> {
+    let (mut keys, mut values, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+    for (k, v) in rows {
+        match v {
+            Some(v) => {
+                keys.push(k);
+                values.push(v);
+            }
+            None => gone.push(k),
+        }
+    }
+    let name = table(t);
+    if !gone.is_empty() {
+        let stmt = conn
+            .prepare_cached(&format!("DELETE FROM {name} WHERE key = ANY($1)"))
+            .await?;
+        let c = conn.clone();
+        jobs.push(Box::pin(async move {
+            c.execute(&stmt, &[&gone]).await.map(drop)
+        }));
+    }
+    if !keys.is_empty() {
+        let stmt = conn
+            .prepare_cached(&format!(
+                "INSERT INTO {name} (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+            ))
+            .await?;
+        let c = conn.clone();
+        jobs.push(Box::pin(async move {
+            c.execute(&stmt, &[&keys, &values]).await.map(drop)
+        }));
+    }
+    Ok(())
+}
+
+/// Sends every buffered write (the heads last), then `COMMIT` when `commit`, pipelined:
+/// each request goes out when its future is first polled, in order.
+async fn send(
+    conn: Arc<Object>,
+    pending: Pending,
+    commit: bool,
+) -> Result<(), tokio_postgres::Error> {
+    let Pending {
+        tables,
+        meta,
+        heads,
+    } = pending;
+    let mut jobs: Vec<Job> = Vec::new();
+    for (t, rows) in TABS.into_iter().zip(tables) {
+        table_jobs(&conn, t, rows, &mut jobs).await?;
+    }
+    for (k, v) in meta {
+        let c = conn.clone();
+        jobs.push(Box::pin(async move {
+            match v {
+                Some(v) => c
+                    .execute(
+                        "INSERT INTO hearth_meta (key, value) VALUES ($1, $2) \
+                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        &[&k, &v],
+                    )
+                    .await
+                    .map(drop),
+                None => c
+                    .execute("DELETE FROM hearth_meta WHERE key = $1", &[&k])
+                    .await
+                    .map(drop),
+            }
+        }));
+    }
+    if !heads.is_empty() {
+        let dbs: Vec<String> = heads.keys().cloned().collect();
+        let versions: Vec<i64> = heads.values().map(|(v, _)| *v as i64).collect();
+        let micros: Vec<i64> = heads.values().map(|(_, m)| *m).collect();
+        // A head never moves back: a relay registering a database another relay just
+        // created and wrote leaves its head as it is.
+        let stmt = conn
+            .prepare_cached(
+                "INSERT INTO hearth_heads (db, version, commit_micros) \
+                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
+                 ON CONFLICT (db) DO UPDATE SET version = EXCLUDED.version, \
+                 commit_micros = EXCLUDED.commit_micros \
+                 WHERE hearth_heads.version <= EXCLUDED.version",
+            )
+            .await?;
+        let c = conn.clone();
+        jobs.push(Box::pin(async move {
+            c.execute(&stmt, &[&dbs, &versions, &micros])
+                .await
+                .map(drop)
+        }));
+    }
+    if commit {
+        let c = conn.clone();
+        jobs.push(Box::pin(async move { c.batch_execute("COMMIT").await }));
+    }
+    // A statement that fails aborts the transaction: those after it fail too, and the
+    // `COMMIT` rolls back; the first error is the answer.
+    for r in futures_util::future::join_all(jobs).await {
+        r?;
+    }
+    Ok(())
+}
+
+impl PgWrite {
+    pub(super) fn new(reader: Reader) -> PgWrite {
+        PgWrite {
+            reader,
+            pending: Pending::default(),
+            cache: HashMap::new(),
+            retry: None,
+        }
+    }
+
+    /// Notes a failure: one to serialize makes the transaction run again.
+    fn check<T>(&mut self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Serialization(m)) = &r {
+            self.retry.get_or_insert_with(|| m.clone());
+        }
+        r
+    }
+
+    /// Sends the buffered writes of table `t` now (a range read or a prune follows).
+    fn flush_table(&mut self, t: Tab) -> Result<(), StoreError> {
+        let rows = std::mem::take(&mut self.pending.tables[t as usize]);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut pending = Pending::default();
+        pending.tables[t as usize] = rows;
+        let r = self
+            .reader
+            .run(move |conn| async move { send(conn, pending, false).await.map_err(sql_err) });
+        self.check(r)
+    }
+
+    /// Sends every buffered write and commits: the heads it moved.
+    pub(super) fn commit(&mut self) -> Result<Vec<(String, u64)>, StoreError> {
+        let pending = std::mem::take(&mut self.pending);
+        let changed = pending
+            .heads
+            .iter()
+            .map(|(d, (v, _))| (d.clone(), *v))
+            .collect();
+        let r = self
+            .reader
+            .run(move |conn| async move { send(conn, pending, true).await.map_err(sql_err) });
+        self.check(r)?;
+        Ok(changed)
+    }
+
+    /// Ends the transaction without committing (nothing to do if it never began).
+    pub(super) fn roll_back(&self) {
+        if self.reader.begun() {
+            let _ = self.reader.batch("ROLLBACK");
+        }
+    }
+}
+
+impl ReadTxn for PgWrite {
+    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(v) = self.pending.tables[t as usize].get(key) {
+            return Ok(v.clone());
+        }
+        match self.cache.get(&(t, key.to_vec())) {
+            Some(v) => Ok(v.clone()),
+            None => self.reader.get(t, key),
+        }
+    }
+
+    fn range(
+        &self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        if start < end
+            && self.pending.tables[t as usize]
+                .range(start.to_vec()..end.to_vec())
+                .next()
+                .is_some()
+        {
+            return Err(StoreError::Postgres(
+                "a range read over this transaction's own unsent writes".into(),
+            ));
+        }
+        self.reader.range(t, start, end, reverse, limit)
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.pending.meta.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.reader.meta(key),
+        }
+    }
+
+    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        match self.pending.heads.get(db) {
+            Some(h) => Ok(Some(*h)),
+            None => self.reader.head(db, false),
+        }
+    }
+}
+
+impl WriteTxn for PgWrite {
+    fn put(&mut self, t: Tab, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.pending.tables[t as usize].insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn delete(&mut self, t: Tab, key: &[u8]) -> Result<(), StoreError> {
+        self.pending.tables[t as usize].insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    fn retain(
+        &mut self,
+        t: Tab,
+        start: &[u8],
+        end: &[u8],
+        keep: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.flush_table(t)?;
+        let mut from = start.to_vec();
+        loop {
+            let rows = self.reader.range(t, &from, end, false, 1024);
+            let rows = self.check(rows)?;
+            for (k, v) in &rows {
+                if !keep(k, v) {
+                    self.pending.tables[t as usize].insert(k.clone(), None);
+                }
+            }
+            match rows.last() {
+                Some((k, _)) if rows.len() == 1024 => {
+                    from = k.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        self.flush_table(t)
+    }
+
+    fn put_meta(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.pending
+            .meta
+            .insert(key.to_owned(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn delete_meta(&mut self, key: &str) -> Result<(), StoreError> {
+        self.pending.meta.insert(key.to_owned(), None);
+        Ok(())
+    }
+
+    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+        if let Some(h) = self.pending.heads.get(db) {
+            return Ok(Some(*h));
+        }
+        let r = self.reader.head(db, true);
+        self.check(r)
+    }
+
+    fn begin_commit(
+        &mut self,
+        dbs: &[&str],
+        reads: &[(Tab, Vec<u8>)],
+    ) -> Result<Vec<Option<(u64, i64)>>, StoreError> {
+        let names: Vec<String> = dbs.iter().map(|d| (*d).to_owned()).collect();
+        let mut by_table: [Vec<Vec<u8>>; 4] = Default::default();
+        for (t, k) in reads {
+            by_table[*t as usize].push(k.clone());
+        }
+        let wanted = by_table.clone();
+        let r = self.reader.run(move |conn| async move {
+            // The head locks first (in name order), then the reads: the server runs them in
+            // order, so the reads see every commit before the locks were taken.
+            let lock = conn
+                .prepare_cached(
+                    "SELECT db, version, commit_micros FROM hearth_heads \
+                     WHERE db = ANY($1) ORDER BY db FOR UPDATE",
+                )
+                .await
+                .map_err(sql_err)?;
+            let mut reads = Vec::new();
+            for (t, keys) in TABS.into_iter().zip(by_table) {
+                if keys.is_empty() {
+                    continue;
+                }
+                let sql = format!("SELECT key, value FROM {} WHERE key = ANY($1)", table(t));
+                let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
+                reads.push((t, stmt, keys));
+            }
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&names];
+            let heads = conn.query(&lock, &params);
+            let c = &conn;
+            let rows = futures_util::future::join_all(
+                reads
+                    .iter()
+                    .map(|(t, stmt, keys)| async move { (*t, c.query(stmt, &[keys]).await) }),
+            );
+            let (heads, rows) = tokio::join!(heads, rows);
+            let heads: HashMap<String, (u64, i64)> = heads
+                .map_err(sql_err)?
+                .into_iter()
+                .map(|r| {
+                    let (v, m): (i64, i64) = (r.get(1), r.get(2));
+                    (r.get::<_, String>(0), (v as u64, m))
+                })
+                .collect();
+            let mut found = Vec::new();
+            for (t, r) in rows {
+                for row in r.map_err(sql_err)? {
+                    found.push((t, row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1)));
+                }
+            }
+            Ok((names.iter().map(|d| heads.get(d).copied()).collect(), found))
+        });
+        let (heads, found): (Vec<Option<(u64, i64)>>, Vec<(Tab, Vec<u8>, Vec<u8>)>) =
+            self.check(r)?;
+        for (t, keys) in TABS.into_iter().zip(wanted) {
+            for k in keys {
+                self.cache.insert((t, k), None);
+            }
+        }
+        for (t, k, v) in found {
+            self.cache.insert((t, k), Some(v));
+        }
+        Ok(heads)
+    }
+
+    fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError> {
+        self.pending.heads.insert(db.to_owned(), (version, micros));
+        Ok(())
+    }
+
+    fn max_key_bytes(&self) -> Option<usize> {
+        Some(MAX_KEY_BYTES)
+    }
+}
