@@ -38,6 +38,12 @@ pub(super) struct PgWrite {
     pub(super) retry: Option<String>,
 }
 
+/// Heads as read, in the order asked.
+type Heads = Vec<Option<(u64, i64)>>;
+
+/// A row read ahead: its table, key and value.
+type Found = (Tab, Vec<u8>, Vec<u8>);
+
 type Job = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
 
 /// The statements that send `rows` of table `t` (prepared on `conn`, not yet run).
@@ -367,8 +373,7 @@ impl WriteTxn for PgWrite {
             }
             Ok((names.iter().map(|d| heads.get(d).copied()).collect(), found))
         });
-        let (heads, found): (Vec<Option<(u64, i64)>>, Vec<(Tab, Vec<u8>, Vec<u8>)>) =
-            self.check(r)?;
+        let (heads, found): (Heads, Vec<Found>) = self.check(r)?;
         for (t, keys) in TABS.into_iter().zip(wanted) {
             for k in keys {
                 self.cache.insert((t, k), None);
