@@ -176,7 +176,8 @@ async fn a_batch_retried_through_another_relay_after_a_kill_applies_once() {
     let (_, mut relays) = relays(&dir, 2, &[]);
     let id = unique("retrier");
     let c = Arc::new(relays[0].client_as(DB, &id).await);
-    let n = 200u64;
+    // Enough that their group commits take several rounds: the kill lands among them.
+    let n = 2000u64;
     let ids: Vec<u64> = (0..n).map(|_| c.next_batch_id()).collect();
     let mut sends = Vec::new();
     for (i, batch_id) in ids.iter().copied().enumerate() {
