@@ -171,7 +171,7 @@ impl Backend for Embedded {
 
     fn read(&self, shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
         let txn = self.shards[shard].begin_read()?;
-        Ok(Box::new(RedbRead {
+        let snapshot: RedbRead = Tables {
             tables: [
                 txn.open_table(DOCUMENTS)?,
                 txn.open_table(INDEX)?,
@@ -179,7 +179,8 @@ impl Backend for Embedded {
                 txn.open_table(BATCHES)?,
             ],
             meta: txn.open_table(META)?,
-        }))
+        };
+        Ok(Box::new(snapshot))
     }
 
     fn write(&self, shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {
@@ -192,7 +193,7 @@ impl Backend for Embedded {
             redb::Durability::None
         })?;
         {
-            let mut w = RedbWrite {
+            let mut w: RedbWrite<'_> = Tables {
                 tables: [
                     txn.open_table(DOCUMENTS)?,
                     txn.open_table(INDEX)?,
@@ -253,48 +254,31 @@ fn range_of<T: ReadableTable<&'static [u8], &'static [u8]>>(
     }
 }
 
-/// A redb read transaction's tables.
-struct RedbRead {
+/// A transaction's tables: `T` and `M` are redb's read-only tables (a snapshot) or its
+/// writable ones (a write transaction).
+struct Tables<T, M> {
     /// Indexed by [`Tab`].
-    tables: [redb::ReadOnlyTable<&'static [u8], &'static [u8]>; 4],
-    meta: redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    tables: [T; 4],
+    meta: M,
 }
 
-impl ReadTxn for RedbRead {
-    fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tables[t as usize]
-            .get(key)?
-            .map(|v| v.value().to_vec()))
-    }
-
-    fn range(
-        &self,
-        t: Tab,
-        start: &[u8],
-        end: &[u8],
-        reverse: bool,
-        limit: usize,
-    ) -> Result<Rows, StoreError> {
-        range_of(&self.tables[t as usize], start, end, reverse, limit)
-    }
-
-    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.meta.get(key)?.map(|v| v.value().to_vec()))
-    }
-
-    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        Ok(self.meta(&head_key(db))?.map(|v| decode_head(&v)))
-    }
-}
+/// A redb read transaction's tables.
+type RedbRead = Tables<
+    redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    redb::ReadOnlyTable<&'static str, &'static [u8]>,
+>;
 
 /// A redb write transaction's open tables.
-struct RedbWrite<'t> {
-    /// Indexed by [`Tab`].
-    tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 4],
-    meta: redb::Table<'t, &'static str, &'static [u8]>,
-}
+type RedbWrite<'t> = Tables<
+    redb::Table<'t, &'static [u8], &'static [u8]>,
+    redb::Table<'t, &'static str, &'static [u8]>,
+>;
 
-impl ReadTxn for RedbWrite<'_> {
+impl<T, M> ReadTxn for Tables<T, M>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]> + Send + Sync,
+    M: ReadableTable<&'static str, &'static [u8]> + Send + Sync,
+{
     fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.tables[t as usize]
             .get(key)?

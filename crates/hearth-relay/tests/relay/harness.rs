@@ -269,11 +269,16 @@ fn store_args(data: &Path, args: &[&str]) -> Vec<String> {
 /// Runs `hearth-relay check --data DIR` (or the PostgreSQL database standing for it):
 /// (success, output).
 pub fn check_data(dir: &Path) -> (bool, String) {
+    let mut args = vec!["--data".to_owned(), dir.display().to_string()];
+    args.extend(store_args(dir, &[]));
+    check_store(&args)
+}
+
+/// Runs `hearth-relay check` with `args` (where the store is): (success, output).
+pub fn check_store(args: &[String]) -> (bool, String) {
     let out = Command::new(relay_bin())
         .arg("check")
-        .arg("--data")
-        .arg(dir)
-        .args(store_args(dir, &[]))
+        .args(args)
         .env("HEARTH_LOG", "warn")
         .output()
         .expect("running hearth-relay check");

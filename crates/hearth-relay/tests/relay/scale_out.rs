@@ -225,23 +225,8 @@ async fn a_batch_retried_through_another_relay_after_a_kill_applies_once() {
         "each of the {n} batches applied exactly once ({} acknowledged before the kill)",
         first.len()
     );
-    let (ok, out) = check_url(&crate::pg::url_for(dir.path()));
+    let (ok, out) = check_store(&["--postgres".into(), crate::pg::url_for(dir.path())]);
     assert!(ok, "check after the kill:\n{out}");
-}
-
-/// Runs `hearth-relay check --postgres URL`: (success, output).
-fn check_url(url: &str) -> (bool, String) {
-    let out = std::process::Command::new(relay_bin())
-        .args(["check", "--postgres", url])
-        .env("HEARTH_LOG", "warn")
-        .output()
-        .expect("running hearth-relay check");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
