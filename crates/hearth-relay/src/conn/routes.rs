@@ -171,11 +171,9 @@ async fn metrics(
         }
         None => {}
     }
-    (
-        [("content-type", "text/plain; version=0.0.4")],
-        s.relay.metrics().render(),
-    )
-        .into_response()
+    let mut text = s.relay.metrics().render();
+    text.push_str(&s.relay.store().render_metrics());
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// Whether a header lists `token` (comma-separated, any case).

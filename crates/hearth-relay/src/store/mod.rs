@@ -157,6 +157,11 @@ impl Store {
         })
     }
 
+    /// The store's own metrics, in the Prometheus text format (PostgreSQL: its pool).
+    pub fn render_metrics(&self) -> String {
+        self.backend.render_metrics()
+    }
+
     /// Whether the store answers now.
     pub fn ping(&self) -> Result<(), StoreError> {
         self.backend.ping()

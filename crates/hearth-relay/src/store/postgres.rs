@@ -531,6 +531,26 @@ impl Backend for Postgres {
         self.shared.shown.clone()
     }
 
+    fn render_metrics(&self) -> String {
+        let status = self.shared.pool.status();
+        let in_use = status.size.saturating_sub(status.available);
+        format!(
+            "# HELP hearth_postgres_pool_connections PostgreSQL connections of the pool, by state.\n\
+             # TYPE hearth_postgres_pool_connections gauge\n\
+             hearth_postgres_pool_connections{{state=\"in_use\"}} {in_use}\n\
+             hearth_postgres_pool_connections{{state=\"idle\"}} {}\n\
+             # HELP hearth_postgres_pool_waiting Requests waiting for a pooled PostgreSQL connection.\n\
+             # TYPE hearth_postgres_pool_waiting gauge\n\
+             hearth_postgres_pool_waiting {}\n\
+             # HELP hearth_postgres_pool_max Most pooled PostgreSQL connections (--postgres-pool).\n\
+             # TYPE hearth_postgres_pool_max gauge\n\
+             hearth_postgres_pool_max {}\n",
+            status.available,
+            status.waiting,
+            status.max_size
+        )
+    }
+
     fn ping(&self) -> Result<(), StoreError> {
         let pool = self.shared.pool.clone();
         self.shared.wait(async move {

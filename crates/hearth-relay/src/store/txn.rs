@@ -111,6 +111,10 @@ pub trait Backend: Send + Sync {
     fn heads(&self, shard: usize) -> Result<Vec<(String, u64)>, StoreError>;
     /// What the backend is, for logs and `/healthz` (never a password).
     fn describe(&self) -> String;
+    /// The backend's own metrics, in the Prometheus text format (none by default).
+    fn render_metrics(&self) -> String {
+        String::new()
+    }
     /// Whether the backend answers now (`/healthz`).
     fn ping(&self) -> Result<(), StoreError> {
         Ok(())

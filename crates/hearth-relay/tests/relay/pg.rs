@@ -115,18 +115,36 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    /// `pg_ctl restart -m immediate`: a crash of the server, then its recovery.
-    pub fn crash_restart(&self) {
+    /// Stops the server at once (`-m immediate`).
+    pub fn stop(&self) {
+        self.script(&["stop"]);
+    }
+
+    /// Starts the stopped server again, on its port.
+    pub fn start_again(&self) {
+        let port = self.port.to_string();
+        let pid = std::process::id().to_string();
+        self.script(&["start", &port, &pid]);
+    }
+
+    /// Runs `scripts/pg-server COMMAND DIR ARGS...`.
+    fn script(&self, args: &[&str]) {
         let out = Command::new(script())
-            .arg("restart")
+            .arg(args[0])
             .arg(&self.dir)
+            .args(&args[1..])
             .output()
             .expect("running scripts/pg-server");
         assert!(
             out.status.success(),
-            "restarting PostgreSQL failed:\n{}",
+            "pg-server {args:?} failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// `pg_ctl restart -m immediate`: a crash of the server, then its recovery.
+    pub fn crash_restart(&self) {
+        self.script(&["restart"]);
     }
 }
 

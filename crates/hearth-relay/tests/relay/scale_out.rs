@@ -155,6 +155,49 @@ async fn three_relays_show_every_listener_one_gap_free_sequence() {
         }
         assert_eq!(previous, total, "relay {i} reached the last version");
     }
+    // Every relay counted other relays' commits reaching its fan-out, and shows its pool.
+    for r in &relays {
+        let (_, text) = http_get(r.addr, "/metrics").await;
+        let caught_up = metric(&text, "hearth_notification_lag_seconds_count").unwrap_or(0.0);
+        assert!(caught_up >= 1.0, "{}: no catch-up counted:\n{text}", r.addr);
+        assert!(metric(&text, "hearth_postgres_pool_max").unwrap_or(0.0) >= 2.0);
+        let (status, health) = http_get(r.addr, "/healthz").await;
+        assert_eq!(status, 200, "{health}");
+        assert!(health.contains("store: postgresql://"), "{health}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_the_database() {
+    let server = crate::pg::Own::start("health");
+    let url = server.0.url("health");
+    let relay = Relay::fresh(&["--postgres", &url]);
+    let (status, _) = http_get(relay.addr, "/healthz").await;
+    assert_eq!(status, 200);
+    server.0.stop();
+    let (status, text) = http_get(relay.addr, "/healthz").await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("store unavailable"), "{text}");
+    server.0.start_again();
+    let mut healthy = false;
+    for _ in 0..100 {
+        if http_get(relay.addr, "/healthz").await.0 == 200 {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        healthy,
+        "/healthz answers 200 again once the database is back"
+    );
+    let c = relay.client(DB).await;
+    within(c.write(vec![Mutation::set(
+        name("items/back"),
+        map([("n", int(1))]),
+    )]))
+    .await
+    .expect("writes commit again");
 }
 
 /// A batch that counts itself: sets `ops/b{i}` and adds one to `ops/count`.
