@@ -77,6 +77,9 @@ pub struct Config {
     pub postgres_url: Option<String>,
     /// Most pooled PostgreSQL connections.
     pub postgres_pool: usize,
+    /// PEM file of the certificate authorities that may sign the PostgreSQL server's
+    /// certificate (`--postgres-ca`): with it, connections use TLS; without, they do not.
+    pub postgres_ca: Option<PathBuf>,
     /// How often the heads of a shared store are polled for other relays' commits (the
     /// longest a lost notification delays a change).
     pub postgres_poll: Duration,
@@ -116,6 +119,7 @@ impl Config {
             explain_denials: true,
             postgres_url: None,
             postgres_pool: 16,
+            postgres_ca: None,
             postgres_poll: Duration::from_millis(50),
             postgres_listen: true,
         }

@@ -36,6 +36,9 @@ enum Command {
         /// be running on it; each database is checked in one consistent read).
         #[arg(long, env = "HEARTH_POSTGRES_URL")]
         postgres: Option<String>,
+        /// PEM file of the certificate authorities of the PostgreSQL server (TLS).
+        #[arg(long, env = "HEARTH_POSTGRES_CA")]
+        postgres_ca: Option<PathBuf>,
         /// Index definitions to check against (default: the ones each database was built with).
         #[arg(long, env = "HEARTH_INDEXES")]
         indexes: Option<PathBuf>,
@@ -119,6 +122,12 @@ struct ServeArgs {
     /// apart).
     #[arg(long, env = "HEARTH_POSTGRES_POOL", default_value_t = 16)]
     postgres_pool: usize,
+    /// PEM file of the certificate authorities that sign the PostgreSQL server's
+    /// certificate: connections then use TLS, and the server's certificate must be signed by
+    /// one of them and name the host in the URL (add `sslmode=require` to the URL to refuse
+    /// a server without TLS). Without it, connections do not use TLS.
+    #[arg(long, env = "HEARTH_POSTGRES_CA")]
+    postgres_ca: Option<PathBuf>,
     /// How often, in milliseconds, the PostgreSQL store's heads are polled for other
     /// relays' commits: the longest a lost notification delays a change.
     #[arg(long, env = "HEARTH_POSTGRES_POLL_MS", default_value_t = 50)]
@@ -358,6 +367,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.explain_denials = args.explain_denials.unwrap_or(loopback);
     config.postgres_url = args.postgres.clone().filter(|u| !u.is_empty());
     config.postgres_pool = args.postgres_pool.max(2);
+    config.postgres_ca = args.postgres_ca.clone();
     config.postgres_poll = Duration::from_millis(args.postgres_poll_ms.max(1));
     config.postgres_listen = args.postgres_listen;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -376,9 +386,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-fn check(data: PathBuf, postgres: Option<String>, indexes: Option<PathBuf>) -> anyhow::Result<()> {
+fn check(
+    data: PathBuf,
+    postgres: Option<String>,
+    ca: Option<PathBuf>,
+    indexes: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let store = match postgres {
-        Some(url) => Store::postgres(&url, 2)?,
+        Some(url) => Store::postgres(&url, 2, ca.as_deref())?,
         None => Store::open(&data)?,
     };
     let forced = indexes.map(|p| read_indexes(Some(&p))).transpose()?;
@@ -412,8 +427,9 @@ fn main() -> anyhow::Result<()> {
         Command::Check {
             data,
             postgres,
+            postgres_ca,
             indexes,
-        } => check(data, postgres, indexes),
+        } => check(data, postgres, postgres_ca, indexes),
         Command::Rules(RulesCommand::Test { rules, cases }) => rules_test(&rules, &cases),
     }
 }

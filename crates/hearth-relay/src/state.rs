@@ -102,7 +102,7 @@ impl Relay {
             None => Rules::open(),
         };
         let store = Arc::new(match &config.postgres_url {
-            Some(url) => Store::postgres(url, config.postgres_pool)?,
+            Some(url) => Store::postgres(url, config.postgres_pool, config.postgres_ca.as_deref())?,
             None => Store::open_with(&config.data_dir, config.cache_bytes, config.store_shards)?,
         });
         tracing::info!(store = %store.describe(), "store open");

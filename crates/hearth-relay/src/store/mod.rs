@@ -150,10 +150,11 @@ impl Store {
     }
 
     /// Connects to the PostgreSQL database at `url` with at most `pool_size` pooled
-    /// connections, creating or migrating its schema: a store other relays may share.
-    pub fn postgres(url: &str, pool_size: usize) -> Result<Store, StoreError> {
+    /// connections (over TLS verified against the certificate authorities in PEM file
+    /// `ca`, if given), creating or migrating its schema: a store other relays may share.
+    pub fn postgres(url: &str, pool_size: usize, ca: Option<&Path>) -> Result<Store, StoreError> {
         Ok(Store {
-            backend: Box::new(postgres::Postgres::connect(url, pool_size)?),
+            backend: Box::new(postgres::Postgres::connect(url, pool_size, ca)?),
         })
     }
 

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{AsyncMessage, Socket};
 
 use super::postgres::CHANNEL;
 use super::txn::{Watched, Watcher};
@@ -14,11 +15,17 @@ use super::txn::{Watched, Watcher};
 /// The longest wait between two attempts to connect.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Listens for ever (until the runtime stops).
-pub(super) async fn listen(config: tokio_postgres::Config, watcher: Watcher) {
+/// Listens for ever (until the runtime stops), connecting with `tls`.
+pub(super) async fn listen<T>(config: tokio_postgres::Config, tls: T, watcher: Watcher)
+where
+    T: MakeTlsConnect<Socket> + Clone + Send,
+    T::Stream: Send + 'static,
+    T::TlsConnect: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
     let mut backoff = Duration::from_millis(50);
     loop {
-        match config.connect(NoTls).await {
+        match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                 let driver = tokio::spawn(async move {

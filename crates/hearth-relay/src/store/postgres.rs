@@ -29,12 +29,17 @@
 //! its own and waits for each call's answer on a channel, which works from any thread.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::pg_write::PgWrite;
 use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn};
@@ -74,8 +79,18 @@ pub(super) fn table(t: Tab) -> &'static str {
 /// Every byte-keyed table, in [`Tab`] order.
 pub(super) const TABS: [Tab; 4] = [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches];
 
-fn pg_err(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Postgres(e.to_string())
+/// An error as a store error, with its causes (a failed TLS handshake says why).
+fn pg_err(e: impl std::error::Error) -> StoreError {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    StoreError::Postgres(text)
 }
 
 /// Whether `e` is a failure to serialize, which running the transaction again resolves.
@@ -115,6 +130,8 @@ struct Shared {
     shown: String,
     /// The connection settings (the LISTEN connection is made from them).
     config: tokio_postgres::Config,
+    /// TLS, verified against `--postgres-ca` (`None`: none).
+    tls: Option<MakeRustlsConnect>,
 }
 
 impl Shared {
@@ -180,23 +197,35 @@ fn shown(config: &tokio_postgres::Config) -> String {
 impl Postgres {
     /// Connects to `url` (a `postgresql://` URL or `key=value` settings) with at most
     /// `pool_size` pooled connections, and creates or migrates the schema.
-    pub(super) fn connect(url: &str, pool_size: usize) -> Result<Postgres, StoreError> {
+    pub(super) fn connect(
+        url: &str,
+        pool_size: usize,
+        ca: Option<&Path>,
+    ) -> Result<Postgres, StoreError> {
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Postgres(format!("bad PostgreSQL URL: {e}")))?;
+        let tls = ca.map(tls_connector).transpose()?;
+        if tls.is_none() && config.get_ssl_mode() == SslMode::Require {
+            return Err(StoreError::Postgres(
+                "the URL asks for TLS (sslmode=require): give the certificate authority that \
+                 signed the server's certificate with --postgres-ca"
+                    .into(),
+            ));
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("hearth-pg")
             .enable_all()
             .build()
             .map_err(pg_err)?;
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &tls {
+            Some(tls) => Manager::from_config(config.clone(), tls.clone(), manager_config),
+            None => Manager::from_config(config.clone(), NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(2))
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -209,11 +238,34 @@ impl Postgres {
             pool,
             shown: shown(&config),
             config,
+            tls,
         });
         let conn = shared.connection()?;
         shared.wait(migrate(conn))??;
         Ok(Postgres { shared })
     }
+}
+
+/// A TLS connector that trusts the certificate authorities of PEM file `ca` (and no
+/// others): the server's certificate must be signed by one and name the host connected to.
+fn tls_connector(ca: &Path) -> Result<MakeRustlsConnect, StoreError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        StoreError::Postgres(format!("--postgres-ca {}: {e}", ca.display()))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(&e))? {
+        roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(bad(&"no certificate in it"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(&e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
 }
 
 /// Applies the migrations the database lacks, under an advisory lock so that relays
@@ -567,9 +619,17 @@ impl Backend for Postgres {
 
     fn watch(&self, watcher: Watcher) -> bool {
         let shared = self.shared.clone();
-        self.shared
-            .handle()
-            .spawn(super::pg_listen::listen(shared.config.clone(), watcher));
+        let config = shared.config.clone();
+        match shared.tls.clone() {
+            Some(tls) => self
+                .shared
+                .handle()
+                .spawn(super::pg_listen::listen(config, tls, watcher)),
+            None => self
+                .shared
+                .handle()
+                .spawn(super::pg_listen::listen(config, NoTls, watcher)),
+        };
         true
     }
 }

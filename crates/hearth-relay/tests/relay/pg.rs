@@ -36,7 +36,7 @@ fn free_port() -> u16 {
 /// The server, started on first use.
 pub fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(|| Server::start("shared"))
+    SERVER.get_or_init(|| Server::start("shared", None))
 }
 
 /// A server of the test's own (one it may crash), stopped when dropped.
@@ -44,7 +44,12 @@ pub struct Own(pub Server);
 
 impl Own {
     pub fn start(tag: &str) -> Own {
-        Own(Server::start(tag))
+        Own(Server::start(tag, None))
+    }
+
+    /// A server that also serves TLS with `certs`' `server.crt` and `server.key`.
+    pub fn start_with_tls(tag: &str, certs: &Path) -> Own {
+        Own(Server::start(tag, Some(certs)))
     }
 }
 
@@ -56,8 +61,9 @@ impl Drop for Own {
 }
 
 impl Server {
-    /// Starts a server (stopped at the latest when the test process is gone).
-    fn start(tag: &str) -> Server {
+    /// Starts a server (stopped at the latest when the test process is gone), serving TLS
+    /// too with the certificate and key in `tls`.
+    fn start(tag: &str, tls: Option<&Path>) -> Server {
         let dir = std::env::temp_dir().join(format!("hearth-pg-{tag}-{}", std::process::id()));
         let port = free_port();
         let out = Command::new(script())
@@ -65,6 +71,7 @@ impl Server {
             .arg(&dir)
             .arg(port.to_string())
             .arg(std::process::id().to_string())
+            .envs(tls.map(|d| ("PG_SERVER_SSL", d)))
             .output()
             .expect("running scripts/pg-server");
         assert!(
@@ -77,6 +84,11 @@ impl Server {
             port,
             created: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL of database `db` (created if it does not exist yet).

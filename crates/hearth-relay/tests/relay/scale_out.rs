@@ -458,3 +458,117 @@ async fn an_index_entry_over_the_key_limit_refuses_its_batch_alone() {
     .await
     .expect("an exempt field has no entries");
 }
+
+/// Makes a certificate authority (`ca.crt`, and `other-ca.crt` that signed nothing) and a
+/// server certificate for 127.0.0.1 signed by it (`server.crt`, `server.key`) in `dir`.
+fn make_certs(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("running openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for ca in ["ca", "other-ca"] {
+        let (key, crt) = (format!("{ca}.key"), format!("{ca}.crt"));
+        let mut args = vec!["req", "-x509"];
+        args.extend(ec);
+        args.extend([
+            "-keyout",
+            &key,
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-subj",
+            "/CN=hearth test CA",
+        ]);
+        openssl(&args);
+    }
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(&args);
+    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_postgres_is_verified_against_the_given_authority() {
+    let certs = TempDir::new("certs");
+    make_certs(certs.path());
+    let server = crate::pg::Own::start_with_tls("tls", certs.path());
+    let url = format!("{}?sslmode=require", server.0.url("tls"));
+    let ca = certs.path().join("ca.crt");
+    let relay = Relay::fresh(&["--postgres", &url, "--postgres-ca", ca.to_str().unwrap()]);
+    let c = relay.client(DB).await;
+    within(c.write(vec![Mutation::set(name("items/tls"), map([("n", int(1))]))]))
+        .await
+        .unwrap();
+    let encrypted = server.0.sql(
+        "postgres",
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.datname = 'tls' AND s.ssl",
+    );
+    assert_ne!(encrypted, "0", "the relay's connections use TLS");
+    let plain = server.0.sql(
+        "postgres",
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.datname = 'tls' AND NOT s.ssl",
+    );
+    assert_eq!(plain, "0", "none of them without it");
+    // A certificate another authority signed is refused; so is sslmode=require without
+    // an authority to verify the server with.
+    let other = certs.path().join("other-ca.crt");
+    let (ok, out) = check_store(&[
+        "--postgres".into(),
+        url.clone(),
+        "--postgres-ca".into(),
+        other.display().to_string(),
+    ]);
+    assert!(!ok && out.contains("certificate"), "{out}");
+    let (ok, out) = check_store(&["--postgres".into(), url.clone()]);
+    assert!(!ok && out.contains("--postgres-ca"), "{out}");
+    let (ok, out) = check_store(&[
+        "--postgres".into(),
+        url,
+        "--postgres-ca".into(),
+        ca.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+}
