@@ -86,11 +86,6 @@ impl Server {
         }
     }
 
-    /// The server's port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// The URL of database `db` (created if it does not exist yet).
     pub fn url(&self, db: &str) -> String {
         let mut created = self.created.lock().unwrap();
