@@ -646,6 +646,12 @@ async fn flusher(
                 break;
             }
             r = closing.changed() => {
+                // The reader may have seen the overflow (its flag is set first) before its
+                // signal reached this task: a slow consumer still gets its error.
+                if out.is_overflowed() {
+                    abandon(&out);
+                    break;
+                }
                 let peer_closed = r.is_ok() && *closing.borrow();
                 out.close(peer_closed);
                 break;
