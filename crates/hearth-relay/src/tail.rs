@@ -188,6 +188,7 @@ fn catch_up(
     };
     names.sort();
     names.dedup();
+    view.read_ahead(&names)?;
     let mut changes = Vec::with_capacity(names.len());
     for n in names {
         let doc = block_on_ready(fetch(&view, &n)).map_err(|e| StoreError::Corrupt {

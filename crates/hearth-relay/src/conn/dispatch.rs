@@ -503,6 +503,7 @@ fn get(
             .snapshot(db.name())
             .map_err(|e| e.to_string())?;
         let view = snap.database(db.name());
+        view.read_ahead(&names).map_err(|e| e.to_string())?;
         let version = view.version().map_err(|e| e.to_string())?;
         let mut documents = Vec::with_capacity(names.len());
         for n in names {

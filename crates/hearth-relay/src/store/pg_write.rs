@@ -39,10 +39,10 @@ pub(super) struct PgWrite {
 }
 
 /// Heads as read, in the order asked.
-type Heads = Vec<Option<(u64, i64)>>;
+pub(super) type Heads = Vec<Option<(u64, i64)>>;
 
 /// A row read ahead: its table, key and value.
-type Found = (Tab, Vec<u8>, Vec<u8>);
+pub(super) type Found = (Tab, Vec<u8>, Vec<u8>);
 
 type Job = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
 
@@ -155,6 +155,58 @@ async fn send(
         r?;
     }
     Ok(())
+}
+
+/// Reads the heads of `names` (locked for the transaction with `lock`, in name order) and
+/// the rows of `by_table` (indexed by [`Tab`]), pipelined: the server runs them in order,
+/// so the rows are read after the locks are taken.
+pub(super) async fn read_ahead(
+    conn: Arc<Object>,
+    names: Vec<String>,
+    lock: bool,
+    by_table: [Vec<Vec<u8>>; 4],
+) -> Result<(Heads, Vec<Found>), StoreError> {
+    let sql = match lock {
+        true => {
+            "SELECT db, version, commit_micros FROM hearth_heads \
+             WHERE db = ANY($1) ORDER BY db FOR UPDATE"
+        }
+        false => "SELECT db, version, commit_micros FROM hearth_heads WHERE db = ANY($1)",
+    };
+    let heads_stmt = conn.prepare_cached(sql).await.map_err(sql_err)?;
+    let mut reads = Vec::new();
+    for (t, keys) in TABS.into_iter().zip(by_table) {
+        if keys.is_empty() {
+            continue;
+        }
+        let sql = format!("SELECT key, value FROM {} WHERE key = ANY($1)", table(t));
+        let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
+        reads.push((t, stmt, keys));
+    }
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&names];
+    let heads = conn.query(&heads_stmt, &params);
+    let c = &conn;
+    let rows = futures_util::future::join_all(
+        reads
+            .iter()
+            .map(|(t, stmt, keys)| async move { (*t, c.query(stmt, &[keys]).await) }),
+    );
+    let (heads, rows) = tokio::join!(heads, rows);
+    let heads: HashMap<String, (u64, i64)> = heads
+        .map_err(sql_err)?
+        .into_iter()
+        .map(|r| {
+            let (v, m): (i64, i64) = (r.get(1), r.get(2));
+            (r.get::<_, String>(0), (v as u64, m))
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (t, r) in rows {
+        for row in r.map_err(sql_err)? {
+            found.push((t, row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1)));
+        }
+    }
+    Ok((names.iter().map(|d| heads.get(d).copied()).collect(), found))
 }
 
 impl PgWrite {
@@ -329,50 +381,9 @@ impl WriteTxn for PgWrite {
             by_table[*t as usize].push(k.clone());
         }
         let wanted = by_table.clone();
-        let r = self.reader.run(move |conn| async move {
-            // The head locks first (in name order), then the reads: the server runs them in
-            // order, so the reads see every commit before the locks were taken.
-            let lock = conn
-                .prepare_cached(
-                    "SELECT db, version, commit_micros FROM hearth_heads \
-                     WHERE db = ANY($1) ORDER BY db FOR UPDATE",
-                )
-                .await
-                .map_err(sql_err)?;
-            let mut reads = Vec::new();
-            for (t, keys) in TABS.into_iter().zip(by_table) {
-                if keys.is_empty() {
-                    continue;
-                }
-                let sql = format!("SELECT key, value FROM {} WHERE key = ANY($1)", table(t));
-                let stmt = conn.prepare_cached(&sql).await.map_err(sql_err)?;
-                reads.push((t, stmt, keys));
-            }
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&names];
-            let heads = conn.query(&lock, &params);
-            let c = &conn;
-            let rows = futures_util::future::join_all(
-                reads
-                    .iter()
-                    .map(|(t, stmt, keys)| async move { (*t, c.query(stmt, &[keys]).await) }),
-            );
-            let (heads, rows) = tokio::join!(heads, rows);
-            let heads: HashMap<String, (u64, i64)> = heads
-                .map_err(sql_err)?
-                .into_iter()
-                .map(|r| {
-                    let (v, m): (i64, i64) = (r.get(1), r.get(2));
-                    (r.get::<_, String>(0), (v as u64, m))
-                })
-                .collect();
-            let mut found = Vec::new();
-            for (t, r) in rows {
-                for row in r.map_err(sql_err)? {
-                    found.push((t, row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1)));
-                }
-            }
-            Ok((names.iter().map(|d| heads.get(d).copied()).collect(), found))
-        });
+        let r = self
+            .reader
+            .run(move |conn| read_ahead(conn, names, true, by_table));
         let (heads, found): (Heads, Vec<Found>) = self.check(r)?;
         for (t, keys) in TABS.into_iter().zip(wanted) {
             for k in keys {

@@ -28,6 +28,7 @@
 //! threads, blocking reads); this backend runs the PostgreSQL client on a small runtime of
 //! its own and waits for each call's answer on a channel, which works from any thread.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -41,7 +42,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::pg_write::PgWrite;
+use super::pg_write::{read_ahead, PgWrite};
 use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn};
 use super::StoreError;
 
@@ -446,15 +447,24 @@ impl Reader {
 
 /// A snapshot: a `REPEATABLE READ READ ONLY` transaction on a pooled connection, ended
 /// (and the connection returned) when dropped.
-struct PgRead(Reader);
+/// Rows read ahead, by table and key (`None`: absent).
+type AheadRows = HashMap<(Tab, Vec<u8>), Option<Vec<u8>>>;
+
+struct PgRead {
+    reader: Reader,
+    /// Rows read ahead ([`ReadTxn::read_ahead`]; `None`: absent).
+    rows: std::sync::Mutex<AheadRows>,
+    /// Heads read ahead.
+    heads: std::sync::Mutex<HashMap<String, Option<(u64, i64)>>>,
+}
 
 impl Drop for PgRead {
     fn drop(&mut self) {
-        if !self.0.begun() {
+        if !self.reader.begun() {
             return;
         }
-        let conn = self.0.conn.clone();
-        self.0.shared.handle().spawn(async move {
+        let conn = self.reader.conn.clone();
+        self.reader.shared.handle().spawn(async move {
             let _ = conn.batch_execute("COMMIT").await;
         });
     }
@@ -462,7 +472,16 @@ impl Drop for PgRead {
 
 impl ReadTxn for PgRead {
     fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.get(t, key)
+        let ahead = self
+            .rows
+            .lock()
+            .expect("read-ahead lock")
+            .get(&(t, key.to_vec()))
+            .cloned();
+        match ahead {
+            Some(v) => Ok(v),
+            None => self.reader.get(t, key),
+        }
     }
 
     fn range(
@@ -473,15 +492,44 @@ impl ReadTxn for PgRead {
         reverse: bool,
         limit: usize,
     ) -> Result<Rows, StoreError> {
-        self.0.range(t, start, end, reverse, limit)
+        self.reader.range(t, start, end, reverse, limit)
     }
 
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.meta(key)
+        self.reader.meta(key)
     }
 
     fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        self.0.head(db, false)
+        let ahead = self.heads.lock().expect("read-ahead lock").get(db).copied();
+        match ahead {
+            Some(h) => Ok(h),
+            None => self.reader.head(db, false),
+        }
+    }
+
+    fn read_ahead(&self, dbs: &[&str], keys: &[(Tab, Vec<u8>)]) -> Result<(), StoreError> {
+        let names: Vec<String> = dbs.iter().map(|d| (*d).to_owned()).collect();
+        let mut by_table: [Vec<Vec<u8>>; 4] = Default::default();
+        for (t, k) in keys {
+            by_table[*t as usize].push(k.clone());
+        }
+        let (heads, found) = {
+            let names = names.clone();
+            self.reader
+                .run(move |conn| read_ahead(conn, names, false, by_table))?
+        };
+        let mut rows = self.rows.lock().expect("read-ahead lock");
+        for (t, k) in keys {
+            rows.insert((*t, k.clone()), None);
+        }
+        for (t, k, v) in found {
+            rows.insert((t, k), Some(v));
+        }
+        let mut ahead = self.heads.lock().expect("read-ahead lock");
+        for (db, head) in names.into_iter().zip(heads) {
+            ahead.insert(db, head);
+        }
+        Ok(())
     }
 }
 
@@ -540,11 +588,11 @@ impl Backend for Postgres {
     fn read(&self, _shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
         let conn = self.shared.connection()?;
         let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-        Ok(Box::new(PgRead(Reader::new(
-            self.shared.clone(),
-            conn,
-            Some(begin),
-        ))))
+        Ok(Box::new(PgRead {
+            reader: Reader::new(self.shared.clone(), conn, Some(begin)),
+            rows: Default::default(),
+            heads: Default::default(),
+        }))
     }
 
     fn write(&self, _shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {

@@ -45,6 +45,12 @@ pub trait ReadTxn: Send + Sync {
     /// Database `db`'s head: its last commit version and that commit's time (µs), or
     /// `None` when the database was never registered.
     fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError>;
+    /// A hint: the heads of `dbs` and the rows `keys` will be read next, so a backend that
+    /// pays a round trip per read fetches them together now (nothing by default).
+    fn read_ahead(&self, dbs: &[&str], keys: &[(Tab, Vec<u8>)]) -> Result<(), StoreError> {
+        let _ = (dbs, keys);
+        Ok(())
+    }
 }
 
 /// A write transaction: reads see its own writes; nothing is visible to others until the

@@ -4,6 +4,7 @@
 use std::cell::Cell;
 
 use hearth_core::encoding::key::prefix_end;
+use hearth_core::index::keys::document_key;
 use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
 use hearth_core::path::DocumentName;
 
@@ -79,6 +80,19 @@ impl DatabaseView<'_> {
         }
         self.rows_left.set(left - n as u64);
         Ok(())
+    }
+
+    /// Reads ahead the database's head and the documents `names` (one round trip for a
+    /// backend that pays one per read): what a document read needs next.
+    pub fn read_ahead(&self, names: &[DocumentName]) -> Result<(), StoreError> {
+        let keys: Vec<(Tab, Vec<u8>)> = names
+            .iter()
+            .map(|n| {
+                let key = [self.prefix.as_slice(), &document_key(n)].concat();
+                (Tab::Documents, key)
+            })
+            .collect();
+        self.txn.read_ahead(&[self.name.as_str()], &keys)
     }
 
     /// The database's commit version in this snapshot.
