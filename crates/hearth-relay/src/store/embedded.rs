@@ -49,6 +49,21 @@ redb_err!(
     redb::SetDurabilityError
 );
 
+/// Every table of a redb read or write transaction, as [`Tables`] (`?` on failure).
+macro_rules! open_tables {
+    ($txn:expr) => {
+        Tables {
+            tables: [
+                $txn.open_table(DOCUMENTS)?,
+                $txn.open_table(INDEX)?,
+                $txn.open_table(CHANGELOG)?,
+                $txn.open_table(BATCHES)?,
+            ],
+            meta: $txn.open_table(META)?,
+        }
+    };
+}
+
 /// The `meta` record of shard 0 that says how many shards the store has (absent: one, the
 /// layout of stores made before shards).
 const SHARDS_RECORD: &str = "store/shards";
@@ -171,15 +186,7 @@ impl Backend for Embedded {
 
     fn read(&self, shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
         let txn = self.shards[shard].begin_read()?;
-        let snapshot: RedbRead = Tables {
-            tables: [
-                txn.open_table(DOCUMENTS)?,
-                txn.open_table(INDEX)?,
-                txn.open_table(CHANGELOG)?,
-                txn.open_table(BATCHES)?,
-            ],
-            meta: txn.open_table(META)?,
-        };
+        let snapshot: RedbRead = open_tables!(txn);
         Ok(Box::new(snapshot))
     }
 
@@ -193,15 +200,7 @@ impl Backend for Embedded {
             redb::Durability::None
         })?;
         {
-            let mut w: RedbWrite<'_> = Tables {
-                tables: [
-                    txn.open_table(DOCUMENTS)?,
-                    txn.open_table(INDEX)?,
-                    txn.open_table(CHANGELOG)?,
-                    txn.open_table(BATCHES)?,
-                ],
-                meta: txn.open_table(META)?,
-            };
+            let mut w: RedbWrite<'_> = open_tables!(txn);
             work(&mut w)?;
         }
         txn.commit()?;

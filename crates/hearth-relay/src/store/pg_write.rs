@@ -31,18 +31,12 @@ struct Pending {
 pub(super) struct PgWrite {
     reader: Reader,
     pending: Pending,
-    /// Rows read ahead (`None`: absent), valid for the transaction: they are read after
-    /// the heads of their databases are locked.
-    cache: HashMap<(Tab, Vec<u8>), Option<Vec<u8>>>,
+    /// Rows read ahead, valid for the transaction: they are read after the heads of their
+    /// databases are locked.
+    cache: Ahead,
     /// The first failure to serialize: the transaction is rolled back and run again.
     pub(super) retry: Option<String>,
 }
-
-/// Heads as read, in the order asked.
-pub(super) type Heads = Vec<Option<(u64, i64)>>;
-
-/// A row read ahead: its table, key and value.
-pub(super) type Found = (Tab, Vec<u8>, Vec<u8>);
 
 type Job = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
 
@@ -157,15 +151,41 @@ async fn send(
     Ok(())
 }
 
+/// What a read ahead found: every head and row asked for (`None`: absent), so later reads
+/// of them need no round trip.
+#[derive(Default)]
+pub(super) struct Ahead {
+    heads: HashMap<String, Option<(u64, i64)>>,
+    rows: HashMap<(Tab, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl Ahead {
+    /// Database `db`'s head as read ahead (`None`: not read ahead).
+    pub(super) fn head(&self, db: &str) -> Option<Option<(u64, i64)>> {
+        self.heads.get(db).copied()
+    }
+
+    /// Row `key` of `t` as read ahead (`None`: not read ahead).
+    pub(super) fn row(&self, t: Tab, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        self.rows.get(&(t, key.to_vec())).cloned()
+    }
+
+    /// Adds what another read ahead found.
+    pub(super) fn merge(&mut self, other: Ahead) {
+        self.heads.extend(other.heads);
+        self.rows.extend(other.rows);
+    }
+}
+
 /// Reads the heads of `names` (locked for the transaction with `lock`, in name order) and
-/// the rows of `by_table` (indexed by [`Tab`]), pipelined: the server runs them in order,
-/// so the rows are read after the locks are taken.
+/// the rows `keys`, pipelined: the server runs them in order, so the rows are read after
+/// the locks are taken.
 pub(super) async fn read_ahead(
     conn: Arc<Object>,
     names: Vec<String>,
     lock: bool,
-    by_table: [Vec<Vec<u8>>; 4],
-) -> Result<(Heads, Vec<Found>), StoreError> {
+    keys: Vec<(Tab, Vec<u8>)>,
+) -> Result<Ahead, StoreError> {
     let sql = match lock {
         true => {
             "SELECT db, version, commit_micros FROM hearth_heads \
@@ -174,6 +194,10 @@ pub(super) async fn read_ahead(
         false => "SELECT db, version, commit_micros FROM hearth_heads WHERE db = ANY($1)",
     };
     let heads_stmt = conn.prepare_cached(sql).await.map_err(sql_err)?;
+    let mut by_table: [Vec<Vec<u8>>; 4] = Default::default();
+    for (t, k) in &keys {
+        by_table[*t as usize].push(k.clone());
+    }
     let mut reads = Vec::new();
     for (t, keys) in TABS.into_iter().zip(by_table) {
         if keys.is_empty() {
@@ -192,21 +216,20 @@ pub(super) async fn read_ahead(
             .map(|(t, stmt, keys)| async move { (*t, c.query(stmt, &[keys]).await) }),
     );
     let (heads, rows) = tokio::join!(heads, rows);
-    let heads: HashMap<String, (u64, i64)> = heads
-        .map_err(sql_err)?
-        .into_iter()
-        .map(|r| {
-            let (v, m): (i64, i64) = (r.get(1), r.get(2));
-            (r.get::<_, String>(0), (v as u64, m))
-        })
-        .collect();
-    let mut found = Vec::new();
+    let mut ahead = Ahead {
+        heads: names.into_iter().map(|d| (d, None)).collect(),
+        rows: keys.into_iter().map(|k| (k, None)).collect(),
+    };
+    for r in heads.map_err(sql_err)? {
+        let (v, m): (i64, i64) = (r.get(1), r.get(2));
+        ahead.heads.insert(r.get(0), Some((v as u64, m)));
+    }
     for (t, r) in rows {
         for row in r.map_err(sql_err)? {
-            found.push((t, row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1)));
+            ahead.rows.insert((t, row.get(0)), Some(row.get(1)));
         }
     }
-    Ok((names.iter().map(|d| heads.get(d).copied()).collect(), found))
+    Ok(ahead)
 }
 
 impl PgWrite {
@@ -214,7 +237,7 @@ impl PgWrite {
         PgWrite {
             reader,
             pending: Pending::default(),
-            cache: HashMap::new(),
+            cache: Ahead::default(),
             retry: None,
         }
     }
@@ -269,8 +292,8 @@ impl ReadTxn for PgWrite {
         if let Some(v) = self.pending.tables[t as usize].get(key) {
             return Ok(v.clone());
         }
-        match self.cache.get(&(t, key.to_vec())) {
-            Some(v) => Ok(v.clone()),
+        match self.cache.row(t, key) {
+            Some(v) => Ok(v),
             None => self.reader.get(t, key),
         }
     }
@@ -376,23 +399,13 @@ impl WriteTxn for PgWrite {
         reads: &[(Tab, Vec<u8>)],
     ) -> Result<Vec<Option<(u64, i64)>>, StoreError> {
         let names: Vec<String> = dbs.iter().map(|d| (*d).to_owned()).collect();
-        let mut by_table: [Vec<Vec<u8>>; 4] = Default::default();
-        for (t, k) in reads {
-            by_table[*t as usize].push(k.clone());
-        }
-        let wanted = by_table.clone();
+        let keys = reads.to_vec();
         let r = self
             .reader
-            .run(move |conn| read_ahead(conn, names, true, by_table));
-        let (heads, found): (Heads, Vec<Found>) = self.check(r)?;
-        for (t, keys) in TABS.into_iter().zip(wanted) {
-            for k in keys {
-                self.cache.insert((t, k), None);
-            }
-        }
-        for (t, k, v) in found {
-            self.cache.insert((t, k), Some(v));
-        }
+            .run(move |conn| read_ahead(conn, names, true, keys));
+        let ahead = self.check(r)?;
+        let heads = dbs.iter().map(|d| ahead.head(d).flatten()).collect();
+        self.cache.merge(ahead);
         Ok(heads)
     }
 

@@ -28,7 +28,6 @@
 //! threads, blocking reads); this backend runs the PostgreSQL client on a small runtime of
 //! its own and waits for each call's answer on a channel, which works from any thread.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -42,7 +41,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::pg_write::{read_ahead, PgWrite};
+use super::pg_write::{read_ahead, Ahead, PgWrite};
 use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn};
 use super::StoreError;
 
@@ -447,15 +446,10 @@ impl Reader {
 
 /// A snapshot: a `REPEATABLE READ READ ONLY` transaction on a pooled connection, ended
 /// (and the connection returned) when dropped.
-/// Rows read ahead, by table and key (`None`: absent).
-type AheadRows = HashMap<(Tab, Vec<u8>), Option<Vec<u8>>>;
-
 struct PgRead {
     reader: Reader,
-    /// Rows read ahead ([`ReadTxn::read_ahead`]; `None`: absent).
-    rows: std::sync::Mutex<AheadRows>,
-    /// Heads read ahead.
-    heads: std::sync::Mutex<HashMap<String, Option<(u64, i64)>>>,
+    /// Heads and rows read ahead ([`ReadTxn::read_ahead`]).
+    ahead: std::sync::Mutex<Ahead>,
 }
 
 impl Drop for PgRead {
@@ -472,12 +466,7 @@ impl Drop for PgRead {
 
 impl ReadTxn for PgRead {
     fn get(&self, t: Tab, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let ahead = self
-            .rows
-            .lock()
-            .expect("read-ahead lock")
-            .get(&(t, key.to_vec()))
-            .cloned();
+        let ahead = self.ahead.lock().expect("read-ahead lock").row(t, key);
         match ahead {
             Some(v) => Ok(v),
             None => self.reader.get(t, key),
@@ -500,7 +489,7 @@ impl ReadTxn for PgRead {
     }
 
     fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        let ahead = self.heads.lock().expect("read-ahead lock").get(db).copied();
+        let ahead = self.ahead.lock().expect("read-ahead lock").head(db);
         match ahead {
             Some(h) => Ok(h),
             None => self.reader.head(db, false),
@@ -509,26 +498,11 @@ impl ReadTxn for PgRead {
 
     fn read_ahead(&self, dbs: &[&str], keys: &[(Tab, Vec<u8>)]) -> Result<(), StoreError> {
         let names: Vec<String> = dbs.iter().map(|d| (*d).to_owned()).collect();
-        let mut by_table: [Vec<Vec<u8>>; 4] = Default::default();
-        for (t, k) in keys {
-            by_table[*t as usize].push(k.clone());
-        }
-        let (heads, found) = {
-            let names = names.clone();
-            self.reader
-                .run(move |conn| read_ahead(conn, names, false, by_table))?
-        };
-        let mut rows = self.rows.lock().expect("read-ahead lock");
-        for (t, k) in keys {
-            rows.insert((*t, k.clone()), None);
-        }
-        for (t, k, v) in found {
-            rows.insert((t, k), Some(v));
-        }
-        let mut ahead = self.heads.lock().expect("read-ahead lock");
-        for (db, head) in names.into_iter().zip(heads) {
-            ahead.insert(db, head);
-        }
+        let keys = keys.to_vec();
+        let found = self
+            .reader
+            .run(move |conn| read_ahead(conn, names, false, keys))?;
+        self.ahead.lock().expect("read-ahead lock").merge(found);
         Ok(())
     }
 }
@@ -590,8 +564,7 @@ impl Backend for Postgres {
         let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
         Ok(Box::new(PgRead {
             reader: Reader::new(self.shared.clone(), conn, Some(begin)),
-            rows: Default::default(),
-            heads: Default::default(),
+            ahead: Default::default(),
         }))
     }
 

@@ -290,6 +290,19 @@ pub fn check_store(args: &[String]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Runs `cmd` to its end and asserts it succeeded (its stderr in the failure): its output.
+pub fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A name unique within this test run.
 pub fn unique(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+use crate::harness::run_ok;
+
 /// Whether the suite runs against the PostgreSQL store.
 pub fn enabled() -> bool {
     std::env::var("HEARTH_TEST_STORE").is_ok_and(|s| s == "postgres")
@@ -66,18 +68,13 @@ impl Server {
     fn start(tag: &str, tls: Option<&Path>) -> Server {
         let dir = std::env::temp_dir().join(format!("hearth-pg-{tag}-{}", std::process::id()));
         let port = free_port();
-        let out = Command::new(script())
-            .arg("start")
-            .arg(&dir)
-            .arg(port.to_string())
-            .arg(std::process::id().to_string())
-            .envs(tls.map(|d| ("PG_SERVER_SSL", d)))
-            .output()
-            .expect("running scripts/pg-server");
-        assert!(
-            out.status.success(),
-            "starting PostgreSQL failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new(script())
+                .arg("start")
+                .arg(&dir)
+                .arg(port.to_string())
+                .arg(std::process::id().to_string())
+                .envs(tls.map(|d| ("PG_SERVER_SSL", d))),
         );
         Server {
             dir,
@@ -101,23 +98,18 @@ impl Server {
             .ok()
             .and_then(|d| d.flatten().map(|e| e.path().join("bin/psql")).max())
             .unwrap_or_else(|| PathBuf::from("psql"));
-        let out = Command::new(psql)
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-tA",
-            ])
-            .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
-            .output()
-            .expect("running psql");
-        assert!(
-            out.status.success(),
-            "psql `{sql}` failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new(psql)
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-tA",
+                ])
+                .args(["-p", &self.port.to_string(), "-d", db, "-c", sql]),
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
@@ -136,16 +128,11 @@ impl Server {
 
     /// Runs `scripts/pg-server COMMAND DIR ARGS...`.
     fn script(&self, args: &[&str]) {
-        let out = Command::new(script())
-            .arg(args[0])
-            .arg(&self.dir)
-            .args(&args[1..])
-            .output()
-            .expect("running scripts/pg-server");
-        assert!(
-            out.status.success(),
-            "pg-server {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new(script())
+                .arg(args[0])
+                .arg(&self.dir)
+                .args(&args[1..]),
         );
     }
 

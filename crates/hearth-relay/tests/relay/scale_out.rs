@@ -463,15 +463,10 @@ async fn an_index_entry_over_the_key_limit_refuses_its_batch_alone() {
 /// server certificate for 127.0.0.1 signed by it (`server.crt`, `server.key`) in `dir`.
 fn make_certs(dir: &std::path::Path) {
     let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("running openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir),
         );
     };
     let ec = [
