@@ -115,13 +115,18 @@ test('writes made offline survive a reload and reach the relay when back online'
   });
   await p.reload();
   await p.waitForFunction(() => window.hearthReady === true);
-  await open(p, 'offline');
+  // Reopened without a relay first: the write is read from the local queue, not from a
+  // relay it might already have reached.
   const cached = await p.evaluate(async () => {
-    const s = await window.db.collection('notes').doc('n1').get({ source: 'cache' });
+    const db = await window.hearth.Hearth.open({ name: 'offline' });
+    const s = await db.collection('notes').doc('n1').get({ source: 'cache' });
     return { data: s.data(), pending: s.metadata.hasPendingWrites };
   });
   assert.deepEqual(cached.data, { text: 'written offline' });
   assert.equal(cached.pending, true);
+  await p.reload();
+  await p.waitForFunction(() => window.hearthReady === true);
+  await open(p, 'offline');
   await p.evaluate(() => window.db.waitForPendingWrites());
   // A second, fresh client reads it from the relay.
   const q = await page();
