@@ -184,12 +184,18 @@ impl Sync {
                 self.backoff_ms.set(250.0);
                 self.heartbeat_ms.set(f64::from(heartbeat_ms.max(100)));
                 self.schedule_token_refresh();
+                // Online with `open`, before anything awaits: a listen sent from here on
+                // (by a listener registered while the indexes are stored) gets a snapshot
+                // that must find the client online to mark its target current; otherwise
+                // the listener stays `fromCache: true` until its next change.
+                if let Some(engine) = self.engine() {
+                    engine.set_online(true);
+                }
                 self.wake_open_waiters();
                 let epoch = self.epoch.get();
                 wasm_bindgen_futures::spawn_local(async move {
                     let Some(engine) = self.engine() else { return };
                     let _ = engine.set_indexes(indexes).await;
-                    engine.set_online(true);
                     // Listens first (with their resume versions), then the queued writes in order.
                     let targets: Vec<(u32, Query, Option<u64>)> = self
                         .targets
