@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
-use super::store::txn::WriteTxn;
-use super::store::{change_time, db_prefix, encode_change_names, Store, StoreError, Tab};
+use super::store::txn::{Head, WriteTxn};
+use super::store::{change_time, db_prefix, encode_change_names, Catalogs, Store, StoreError, Tab};
 pub use crate::idempotency::{batch_digest, BatchDigest};
 use crate::idempotency::{batch_key, BatchRecord};
 use crate::supervise::fault_point;
@@ -27,7 +27,7 @@ use hearth_core::document::Document;
 use hearth_core::encoding::document::{decode_document, encode_document};
 use hearth_core::encoding::key::prefix_end;
 use hearth_core::index::def::IndexCatalog;
-use hearth_core::index::keys::{document_key, index_diff};
+use hearth_core::index::keys::document_key;
 use hearth_core::mutation::{ApplyContext, Mutation, MutationError};
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::ErrorCode;
@@ -135,8 +135,9 @@ struct Queues {
 
 /// Per-database state the committer needs.
 struct DbState {
-    /// The indexes a commit maintains; a created index joins once it is backfilled.
-    catalog: IndexCatalog,
+    /// The index definitions a commit maintains, at the catalog generation it last saw:
+    /// one that finds another reloads them first (`crate::store::Catalogs`).
+    catalogs: Catalogs,
     /// The database's last commit version; the next batch gets the one after it.
     version: u64,
     /// Latest commit time handed out, so commit times never go backwards.
@@ -226,14 +227,6 @@ impl Committer {
             .jobs
             .push_back(job);
         self.wake.notify_one();
-    }
-
-    /// Makes the commits of database `db` maintain `catalog` from the next round on: a
-    /// job calls it once the new index's entries are backfilled.
-    pub fn set_catalog(&self, db: &str, catalog: IndexCatalog) {
-        if let Some(s) = self.dbs.lock().expect("committer db lock").get_mut(db) {
-            s.catalog = catalog;
-        }
     }
 
     /// Finishes queued batches, then stops the thread.
@@ -432,9 +425,21 @@ fn apply_in(
             let state = dbs
                 .get_mut(db)
                 .expect("databases are registered before writes");
-            let (version, micros) = head.unwrap_or((0, 0));
-            state.version = version;
-            state.last_micros = state.last_micros.max(micros);
+            let head = head.unwrap_or_default();
+            state.version = head.version;
+            state.last_micros = state.last_micros.max(head.micros);
+            if head.catalog != state.catalogs.generation {
+                // The index definitions changed (a build began or ended, here or on another
+                // relay): this round maintains them as they are now.
+                state.catalogs = Catalogs::load(w, db, head.catalog)?;
+                tracing::info!(
+                    database = %db,
+                    generation = head.catalog,
+                    building = state.catalogs.building.is_some(),
+                    dropping = state.catalogs.dropping.is_some(),
+                    "commits maintain the index definitions of a new generation"
+                );
+            }
         }
         let mut touched_versions: Vec<String> = Vec::new();
         for (db, req) in round {
@@ -570,7 +575,7 @@ fn apply_in(
             let mut diffs = Vec::with_capacity(overlay.len());
             let mut writes = 0usize;
             for (name, old, new) in &overlay {
-                let diff = index_diff(&state.catalog, old.as_ref(), new.as_ref());
+                let diff = state.catalogs.diff(old.as_ref(), new.as_ref());
                 if diff.entries > MAX_INDEX_ENTRIES_PER_DOCUMENT {
                     failed = Some(WriteError::new(
                         ErrorCode::InvalidArgument,
@@ -665,16 +670,17 @@ fn apply_in(
 }
 
 /// Registers a database's state with the committer (before its first write), creating its
-/// head so it is listed on restart, and returns its last commit version (the stored one
-/// when it exists: another relay may have created and written it). Its commit times go on
-/// from the latest one stored (the head's, or the newest changelog record's), so they
-/// never go back across a restart, whatever the clock did.
+/// head so it is listed on restart (with `catalog` as its index definitions), and returns
+/// its last commit version and its index definitions (the stored ones when it exists:
+/// another relay may have created and written it). Its commit times go on from the latest
+/// one stored (the head's, or the newest changelog record's), so they never go back
+/// across a restart, whatever the clock did.
 pub fn register_database(
     store: &Store,
     committer: &Committer,
     db: &str,
     catalog: IndexCatalog,
-) -> Result<u64, StoreError> {
+) -> Result<(u64, Catalogs), StoreError> {
     debug_assert_eq!(
         store.shard_index(db),
         committer.shard,
@@ -682,33 +688,41 @@ pub fn register_database(
     );
     let mut dbs = committer.dbs.lock().expect("committer db lock");
     if let Some(s) = dbs.get(db) {
-        return Ok(s.version);
+        return Ok((s.version, s.catalogs.clone()));
     }
-    let (mut version, mut last_micros) = (0, 0);
+    let mut head = Head::default();
+    let mut catalogs = Catalogs::default();
     let json = catalog.file().to_json();
     store.write_db(db, &mut |w| {
         match w.head(db)? {
-            Some(head) => (version, last_micros) = head,
+            Some(h) => {
+                head = h;
+                catalogs = Catalogs::load(w, db, h.catalog)?;
+            }
             None => {
-                (version, last_micros) = (0, 0);
+                head = Head::default();
                 w.set_head(db, 0, 0)?;
                 w.put_meta(&format!("indexes/{db}"), json.as_bytes())?;
+                catalogs = Catalogs {
+                    indexes: catalog.clone(),
+                    ..Catalogs::default()
+                };
             }
         }
         let prefix = db_prefix(db);
         let end = prefix_end(&prefix).expect("a database prefix has an end");
         let newest = w.range(Tab::Changelog, &prefix, &end, true, 1)?;
         let newest = newest.first().map(|(_, v)| change_time(v));
-        last_micros = last_micros.max(newest.unwrap_or(0));
+        head.micros = head.micros.max(newest.unwrap_or(0));
         Ok(())
     })?;
     dbs.insert(
         db.to_owned(),
         DbState {
-            catalog,
-            version,
-            last_micros,
+            catalogs: catalogs.clone(),
+            version: head.version,
+            last_micros: head.micros,
         },
     );
-    Ok(version)
+    Ok((head.version, catalogs))
 }

@@ -6,15 +6,15 @@
 //! for the relay's life.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::commit::{register_database, Committer};
 use crate::config::Config;
 use crate::fanout::Fanout;
-use crate::indexes::{backfill_changed, BACKFILL_CHUNK};
+use crate::indexes::apply_index_file;
 use crate::metrics::Metrics;
 use crate::state::read_slots_per_database;
-use crate::store::{Store, StoreError};
+use crate::store::{Catalogs, Store, StoreError};
 use hearth_core::index::def::IndexCatalog;
 
 /// One database (tenant).
@@ -26,10 +26,11 @@ pub struct Database {
     fanout: Fanout,
     /// Its commit version when this relay opened it: its fan-out's first published one.
     opened_at: u64,
-    /// The index definitions its queries are planned with. It only grows (an
-    /// `--auto-index` creation), and only once the committer maintains the new index and
-    /// its entries are backfilled, so a plan never reads an index that is incomplete.
-    catalog: RwLock<IndexCatalog>,
+    /// The index definitions its queries are planned with (the store's `indexes/` record,
+    /// whose entries are complete) and their catalog generation: a read that finds
+    /// another generation in its snapshot reloads them from it first, so a plan never reads
+    /// an index that is incomplete or being dropped, whichever relay changed them.
+    catalog: RwLock<(u64, IndexCatalog)>,
     /// Held for the whole of an index creation: one at a time per database, each starting
     /// from the catalog the previous one left.
     building: tokio::sync::Mutex<()>,
@@ -39,14 +40,14 @@ pub struct Database {
 }
 
 impl Database {
-    /// A database at commit `version`, planning with `catalog`, with `read_slots` of the
-    /// relay's read slots.
-    fn new(name: String, version: u64, catalog: IndexCatalog, read_slots: usize) -> Database {
+    /// A database at commit `version`, planning with `catalogs`' complete definitions,
+    /// with `read_slots` of the relay's read slots.
+    fn new(name: String, version: u64, catalogs: Catalogs, read_slots: usize) -> Database {
         Database {
             name,
             fanout: Fanout::new(version),
             opened_at: version,
-            catalog: RwLock::new(catalog),
+            catalog: RwLock::new((catalogs.generation, catalogs.indexes)),
             building: tokio::sync::Mutex::new(()),
             read_slots: tokio::sync::Semaphore::new(read_slots),
         }
@@ -67,17 +68,31 @@ impl Database {
         self.opened_at
     }
 
-    /// The index definitions its queries are planned with (read-locked: clone what must
-    /// outlive the statement).
-    pub fn catalog(&self) -> RwLockReadGuard<'_, IndexCatalog> {
-        self.catalog.read().expect("catalog lock")
+    /// The index definitions its queries are planned with, as last loaded.
+    pub fn catalog(&self) -> IndexCatalog {
+        self.catalog.read().expect("catalog lock").1.clone()
     }
 
-    /// Replaces the catalog with `new`, a superset of it whose added index is maintained
-    /// by the committer and completely backfilled. Called by the index build holding
-    /// [`Database::building`].
-    pub(crate) fn set_catalog(&self, new: IndexCatalog) {
-        *self.catalog.write().expect("catalog lock") = new;
+    /// The index definitions to plan with at catalog generation `generation`: the ones
+    /// held when it is theirs, else those `load` reads (from the caller's snapshot), which
+    /// replace them unless a newer generation already did.
+    pub(crate) fn catalog_at<E>(
+        &self,
+        generation: u64,
+        load: impl FnOnce() -> Result<IndexCatalog, E>,
+    ) -> Result<IndexCatalog, E> {
+        {
+            let held = self.catalog.read().expect("catalog lock");
+            if held.0 == generation {
+                return Ok(held.1.clone());
+            }
+        }
+        let loaded = load()?;
+        let mut held = self.catalog.write().expect("catalog lock");
+        if held.0 < generation {
+            *held = (generation, loaded.clone());
+        }
+        Ok(loaded)
     }
 
     /// The database's share of the read slots, taken before one of the relay's.
@@ -123,8 +138,8 @@ pub(crate) struct Databases {
 }
 
 impl Databases {
-    /// Opens every database in the store, backfilling those whose index definitions
-    /// changed since they were built, registers each with its shard's committer, and creates the
+    /// Opens every database in the store, bringing each one's index definitions in line
+    /// with the index file (`crate::indexes::apply_index_file`), registers each with its shard's committer, and creates the
     /// listed databases (`--databases`) that are missing.
     pub(crate) fn open(
         store: &Store,
@@ -137,9 +152,8 @@ impl Databases {
         };
         let base = IndexCatalog::from_file(&config.indexes);
         for (name, _) in store.databases()? {
-            store.roll_back_build(&name, BACKFILL_CHUNK)?;
-            backfill_changed(store, metrics, &name, &base)?;
-            let version = register_database(
+            apply_index_file(store, metrics, &name, &base)?;
+            let (version, catalogs) = register_database(
                 store,
                 &committers[store.shard_index(&name)],
                 &name,
@@ -150,7 +164,7 @@ impl Databases {
                 Arc::new(Database::new(
                     name,
                     version,
-                    base.clone(),
+                    catalogs,
                     read_slots_per_database(config),
                 )),
             );
@@ -216,15 +230,12 @@ fn create(
     name: &str,
 ) -> Result<Arc<Database>, StoreError> {
     let catalog = IndexCatalog::from_file(&config.indexes);
-    // Another relay over the same PostgreSQL database may have created it already.
-    let version = register_database(
-        store,
-        &committers[store.shard_index(name)],
-        name,
-        catalog.clone(),
-    )?;
+    // Another relay over the same PostgreSQL database may have created it already: its
+    // index definitions are then the stored ones.
+    let (version, catalogs) =
+        register_database(store, &committers[store.shard_index(name)], name, catalog)?;
     let slots = read_slots_per_database(config);
-    let db = Arc::new(Database::new(name.to_owned(), version, catalog, slots));
+    let db = Arc::new(Database::new(name.to_owned(), version, catalogs, slots));
     dbs.insert(name.to_owned(), db.clone());
     tracing::info!(database = %name, "database created");
     Ok(db)

@@ -1,13 +1,13 @@
-//! Index definitions that change under a running store: the backfill at start when the
-//! index file changed, and `--auto-index`, which creates a missing composite index on
-//! first use.
+//! Index definitions that change under a running store: the index file applied at start
+//! when it differs from the stored definitions, and `--auto-index`, which creates a
+//! missing composite index on first use.
 //!
 //! Architecture invariant: a query is planned with an index only once every entry of it is
-//! written: commits maintain a new index from before its backfill's first step (the steps
-//! run on the committer thread between rounds, each deriving entries from the documents as
-//! they are then), and the database's catalog takes the index after the last step. A build
-//! is recorded in the store before its first entry, so a crash midway is rolled back at the
-//! next start.
+//! written, and never once its entries start going. A change of a database's definitions
+//! runs under the store's build lock (one at a time, whichever relay runs it) through the
+//! steps of `crate::store::Catalogs`: commits on every relay maintain a new index from
+//! before the first entry is written, plans take it only after the last, and a crash
+//! midway is finished by the next holder of the lock.
 
 use tokio::sync::oneshot;
 
@@ -15,32 +15,32 @@ use crate::commit::Committer;
 use crate::databases::Database;
 use crate::metrics::Metrics;
 use crate::state::Relay;
-use crate::store::{Store, StoreError};
+use crate::store::{Pass, Store, StoreError};
 use hearth_core::index::def::{IndexCatalog, IndexDef};
 use hearth_core::query::validate::QueryError;
 
-/// Documents written per backfill transaction at start.
+/// Documents written per transaction of a change applied at start.
 pub(crate) const BACKFILL_CHUNK: usize = 1000;
 
-/// Documents written per step of a backfill while the relay serves: commits wait for at
+/// Documents written per step of a build while the relay serves: commits wait for at
 /// most one step.
 const BUILD_STEP: usize = 256;
 
-/// Brings database `name`'s index entries in line with `base` when the definitions it was
-/// built with differ (the index file changed since), reporting progress in the metrics and
-/// the log.
-pub(crate) fn backfill_changed(
+/// Brings database `name`'s index definitions in line with `base` (the index file), under
+/// its build lock: first finishing a change another relay (or a crash) left midway, then
+/// building and dropping what differs, reporting progress in the metrics and the log.
+/// Relays started with the same file find it applied by the first and wait for it.
+pub(crate) fn apply_index_file(
     store: &Store,
     metrics: &Metrics,
     name: &str,
     base: &IndexCatalog,
 ) -> Result<(), StoreError> {
-    let stored = store.stored_indexes(name)?;
-    let old = stored.as_ref().map(IndexCatalog::from_file);
-    if stored.as_ref() != Some(base.file()) {
-        let old = old.unwrap_or_default();
-        tracing::info!(database = %name, "index definitions changed: backfilling");
-        store.backfill(name, &old, base, BACKFILL_CHUNK, |done, total| {
+    let _lock = store.lock_builds(name)?;
+    store.recover_indexes(name, BACKFILL_CHUNK)?;
+    if store.catalogs(name)?.indexes.file() != base.file() {
+        tracing::info!(database = %name, "index definitions changed: building");
+        store.change_indexes(name, base, BACKFILL_CHUNK, |done, total| {
             metrics.backfill(name, done, total);
             tracing::info!(database = %name, done, total, "backfill progress");
         })?;
@@ -52,10 +52,11 @@ impl Relay {
     /// With `--auto-index`, creates the index a `MissingIndex` error names (backfilled from
     /// the collection group's documents) and returns true; the caller retries the query.
     ///
-    /// Creations on one database run one at a time, each from the catalog the previous one
-    /// left. The backfill runs in steps on the committer thread, and commits (of every
-    /// database, this one included) run between the steps, maintaining the new index
-    /// already: a large backfill delays no one's writes for longer than one step.
+    /// Creations on one database run one at a time (the database's lock here, the store's
+    /// build lock across relays), each from the definitions stored when it starts. The
+    /// passes run in steps on the committer thread, and commits (of every database, this
+    /// one included) run between the steps, maintaining the new index already: a large
+    /// backfill delays no one's writes for longer than one step.
     pub async fn auto_index(&self, db: &Database, err: &QueryError) -> bool {
         let QueryError::MissingIndex { index, .. } = err else {
             return false;
@@ -65,10 +66,23 @@ impl Relay {
         }
         let def = IndexDef::from_spec(index);
         let _building = db.index_build().await;
-        let old = db.catalog().clone();
-        let mut new = old.clone();
-        if !new.add_composite(def) {
-            // An earlier creation made it.
+        let (store, name) = (self.store().clone(), db.name().to_owned());
+        let locked = tokio::task::spawn_blocking(move || {
+            let lock = store.lock_builds(&name)?;
+            Ok::<_, StoreError>((lock, store.catalogs(&name)?))
+        })
+        .await;
+        let (_lock, stored) = match locked {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => {
+                tracing::error!(database = %db.name(), error = %e, "taking the index build lock failed");
+                return false;
+            }
+            Err(_) => return false,
+        };
+        let mut new = stored.indexes.clone();
+        if !new.add_composite(def) && stored.building.is_none() && stored.dropping.is_none() {
+            // An earlier creation (here or on another relay) made it.
             return true;
         }
         tracing::warn!(
@@ -76,57 +90,59 @@ impl Relay {
             "creating a missing index (--auto-index); add it to firestore.indexes.json:\n{}",
             index.to_json_entry()
         );
-        match self.build_index(db.name(), &old, &new).await {
-            Ok(()) => {
-                db.set_catalog(new);
-                true
-            }
+        match self.build_index(db.name(), new).await {
+            Ok(()) => true,
             Err(e) => {
                 tracing::error!(database = %db.name(), error = %e, "index backfill failed");
+                let name = db.name().to_owned();
+                let undone = self
+                    .on_committer(db.name(), move |store, _| {
+                        store.recover_indexes(&name, BACKFILL_CHUNK)
+                    })
+                    .await;
+                if let Err(e) = undone {
+                    tracing::error!(database = %db.name(), error = %e, "undoing an index build failed; the next one finishes it");
+                }
                 false
             }
         }
     }
 
-    /// Builds the entries of `new`'s indexes that `old` lacks in database `name`, in steps
-    /// between commit rounds; on failure, removes what it wrote.
-    async fn build_index(
-        &self,
-        name: &str,
-        old: &IndexCatalog,
-        new: &IndexCatalog,
-    ) -> Result<(), StoreError> {
+    /// Makes `new` database `name`'s index definitions (its build lock held): finishes a
+    /// change left midway, then builds and drops in steps between commit rounds.
+    async fn build_index(&self, name: &str, new: IndexCatalog) -> Result<(), StoreError> {
+        let (db, target) = (name.to_owned(), new.clone());
+        let old = self
+            .on_committer(name, move |store, _| {
+                store.recover_indexes(&db, BACKFILL_CHUNK)?;
+                let old = store.catalogs(&db)?.indexes;
+                if old.file() != target.file() {
+                    store.begin_build(&db, &target)?;
+                }
+                Ok(old)
+            })
+            .await?;
+        if old.file() == new.file() {
+            return Ok(());
+        }
+        self.pass_in_steps(name, &old, &new, Pass::Add).await?;
+        let (db, built) = (name.to_owned(), new.clone());
+        self.on_committer(name, move |store, _| store.finish_build(&db, &built))
+            .await?;
+        self.pass_in_steps(name, &old, &new, Pass::Drop).await?;
         let db = name.to_owned();
-        let target = new.clone();
-        // From here on, commits maintain the new index, and a crash leaves a record that
-        // the next start rolls back.
-        self.on_committer(name, move |store, committer| {
-            store.begin_build(&db, &target)?;
-            committer.set_catalog(&db, target);
-            Ok(())
-        })
-        .await?;
-        let built = self.backfill_in_steps(name, old, new).await;
-        let db = name.to_owned();
-        let (old, new) = (old.clone(), new.clone());
-        self.on_committer(name, move |store, committer| match built {
-            Ok(()) => store.end_build(&db, &new),
-            Err(e) => {
-                committer.set_catalog(&db, old.clone());
-                store.backfill(&db, &new, &old, BACKFILL_CHUNK, |_, _| {})?;
-                store.end_build(&db, &old)?;
-                Err(e)
-            }
-        })
-        .await
+        self.on_committer(name, move |store, _| store.end_drop(&db))
+            .await
     }
 
-    /// The backfill from `old` to `new` of database `name`, one committer job per step.
-    async fn backfill_in_steps(
+    /// A pass from `old` to `new` over database `name`'s documents, one committer job per
+    /// step; the add pass reports its progress in the metrics.
+    async fn pass_in_steps(
         &self,
         name: &str,
         old: &IndexCatalog,
         new: &IndexCatalog,
+        pass: Pass,
     ) -> Result<(), StoreError> {
         let total = self
             .on_committer(name, {
@@ -140,11 +156,13 @@ impl Relay {
             let (db, old, new) = (name.to_owned(), old.clone(), new.clone());
             let step = self
                 .on_committer(name, move |store, _| {
-                    store.backfill_chunk(&db, &old, &new, from.as_deref(), BUILD_STEP)
+                    store.pass_chunk(&db, &old, &new, pass, from.as_deref(), BUILD_STEP)
                 })
                 .await?;
             done += step.documents as u64;
-            self.metrics().backfill(name, done, total.max(done));
+            if pass == Pass::Add {
+                self.metrics().backfill(name, done, total.max(done));
+            }
             match step.next {
                 Some(next) => from = Some(next),
                 None => return Ok(()),

@@ -326,7 +326,11 @@ impl Relay {
                 .map_err(QueryError::PermissionDenied)?;
         }
         let version = view.version().map_err(storage)?;
-        let catalog = db.catalog().clone();
+        // Planned with the definitions of this snapshot's catalog generation.
+        let generation = view.catalog_generation().map_err(storage)?;
+        let catalog = db
+            .catalog_at(generation, || view.planned_catalog(generation))
+            .map_err(storage)?;
         let result = read(&view, &catalog);
         Ok((self.within_budget(&view, result)?, version))
     }

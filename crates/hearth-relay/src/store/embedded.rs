@@ -7,7 +7,7 @@ use std::path::Path;
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::txn::{Backend, ReadTxn, Rows, Tab, WriteFn, WriteTxn};
+use super::txn::{Backend, Head, ReadTxn, Rows, Tab, WriteFn, WriteTxn};
 use super::{read_u64, shard_of, StoreError, MAX_STORE_SHARDS};
 
 /// The redb table of [`Tab::Documents`].
@@ -71,6 +71,11 @@ const SHARDS_RECORD: &str = "store/shards";
 /// The `meta` key of database `db`'s head.
 fn head_key(db: &str) -> String {
     format!("version/{db}")
+}
+
+/// The `meta` key of database `db`'s catalog generation (absent: 0).
+fn catalog_key(db: &str) -> String {
+    format!("catalog/{db}")
 }
 
 /// A head record: the last commit version and that commit's time. Records written before
@@ -299,8 +304,20 @@ where
         Ok(self.meta.get(key)?.map(|v| v.value().to_vec()))
     }
 
-    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        Ok(self.meta(&head_key(db))?.map(|v| decode_head(&v)))
+    fn head(&self, db: &str) -> Result<Option<Head>, StoreError> {
+        let Some(v) = self.meta(&head_key(db))? else {
+            return Ok(None);
+        };
+        let (version, micros) = decode_head(&v);
+        let catalog = self
+            .meta(&catalog_key(db))?
+            .and_then(|g| <[u8; 8]>::try_from(g.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes);
+        Ok(Some(Head {
+            version,
+            micros,
+            catalog,
+        }))
     }
 }
 
@@ -338,7 +355,7 @@ impl WriteTxn for RedbWrite<'_> {
         Ok(())
     }
 
-    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+    fn lock_head(&mut self, db: &str) -> Result<Option<Head>, StoreError> {
         // The shard's one writer is the lock.
         self.head(db)
     }
@@ -348,5 +365,9 @@ impl WriteTxn for RedbWrite<'_> {
         out[..8].copy_from_slice(&version.to_be_bytes());
         out[8..].copy_from_slice(&micros.to_be_bytes());
         self.put_meta(&head_key(db), &out)
+    }
+
+    fn set_catalog_generation(&mut self, db: &str, generation: u64) -> Result<(), StoreError> {
+        self.put_meta(&catalog_key(db), &generation.to_be_bytes())
     }
 }

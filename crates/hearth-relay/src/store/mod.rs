@@ -15,7 +15,10 @@
 //!                                                        its commit time µs (i64 BE)
 //!             "indexes/<db>"                              index file JSON the entries follow
 //!             "building/<db>"                             index file JSON of an index build
-//!                                                        under way (`crate::indexes`)
+//!                                                        under way (`catalog.rs`)
+//!             "dropping/<db>"                             index file JSON whose entries are
+//!                                                        being removed
+//!             "catalog/<db>"                              catalog generation (u64 BE)
 //! ```
 //! `db` is the database name written as an escaped, terminated key string, so one database's
 //! rows are one contiguous key range in every table. Keys after `db` are the core's
@@ -29,6 +32,7 @@
 //! Architecture invariant: documents and their index entries change only together, in one
 //! write transaction, so a crash leaves them consistent (`hearth-relay check` verifies it).
 
+mod catalog;
 mod embedded;
 mod pg_listen;
 mod pg_write;
@@ -45,6 +49,7 @@ use hearth_core::index::def::IndexCatalog;
 use hearth_core::index::keys::{document_entries, document_key};
 use hearth_core::path::DocumentName;
 
+pub use catalog::{BuildLock, Catalogs, Pass};
 pub use embedded::{shard_file_name, BATCHES, CHANGELOG, DOCUMENTS, INDEX, META};
 pub use txn::Tab;
 use txn::{Backend, ReadTxn, WriteFn};
@@ -254,38 +259,6 @@ impl Store {
         })
     }
 
-    /// Rebuilds `db`'s index entries for `new` definitions where they differ from `old`,
-    /// document by document, in transactions of `chunk` documents. `progress(done, total)`
-    /// is called after each chunk. The stored definitions are updated at the end.
-    ///
-    /// Rerunning it after a crash midway is harmless: entries are derived from the
-    /// documents, inserting one that exists or removing one that does not changes nothing.
-    pub fn backfill(
-        &self,
-        db: &str,
-        old: &IndexCatalog,
-        new: &IndexCatalog,
-        chunk: usize,
-        mut progress: impl FnMut(u64, u64),
-    ) -> Result<(), StoreError> {
-        let total = self.document_count(db)?;
-        let mut done = 0u64;
-        let mut from = None;
-        loop {
-            let step = self.backfill_chunk(db, old, new, from.as_deref(), chunk)?;
-            done += step.documents as u64;
-            progress(done, total);
-            match step.next {
-                Some(next) => from = Some(next),
-                None => break,
-            }
-        }
-        let json = new.file().to_json();
-        self.write_db(db, &mut |w| {
-            w.put_meta(&format!("indexes/{db}"), json.as_bytes())
-        })
-    }
-
     /// How many documents database `db` holds (a scan of its documents' keys).
     pub fn document_count(&self, db: &str) -> Result<u64, StoreError> {
         let mut n = 0u64;
@@ -296,116 +269,20 @@ impl Store {
         Ok(n)
     }
 
-    /// One step of a backfill from `old` to `new` definitions: the index entries of at
-    /// most `chunk` of `db`'s documents, from document key `from` (`None`: the first), in
-    /// one write transaction. Commits may run between steps as long as they maintain `new`'s
-    /// indexes: each step derives the entries from the documents as they are then.
-    pub fn backfill_chunk(
-        &self,
-        db: &str,
-        old: &IndexCatalog,
-        new: &IndexCatalog,
-        from: Option<&[u8]>,
-        chunk: usize,
-    ) -> Result<BackfillStep, StoreError> {
-        let prefix = db_prefix(db);
-        let end = prefix_end(&prefix).expect("a database prefix has an end");
-        let from = from.unwrap_or(&prefix).to_vec();
-        let mut step = BackfillStep {
-            documents: 0,
-            next: None,
-        };
-        // No fsync of its own: the next durable commit (the next round, or the build's end)
-        // makes it durable with everything before it, and a crash before that leaves a
-        // build that is rolled back from the documents anyway.
-        self.write(self.shard_index(db), false, &mut |w| {
-            let rows = w.range(Tab::Documents, &from, &end, false, chunk)?;
-            let mut changes = Vec::new();
-            for (_, v) in &rows {
-                let doc = decode_document(v).map_err(|e| StoreError::Corrupt {
-                    db: db.to_owned(),
-                    what: e.to_string(),
-                })?;
-                let before = document_entries(old, &doc);
-                let after = document_entries(new, &doc);
-                for key in before.difference(&after) {
-                    changes.push(([prefix.as_slice(), key].concat(), false));
-                }
-                for key in after.difference(&before) {
-                    changes.push(([prefix.as_slice(), key].concat(), true));
-                }
-            }
-            for (key, insert) in changes {
-                match insert {
-                    true => w.put(Tab::Index, &key, &[])?,
-                    false => w.delete(Tab::Index, &key)?,
-                }
-            }
-            step = BackfillStep {
-                documents: rows.len(),
-                // The smallest key after the last one done.
-                next: rows.last().filter(|_| rows.len() == chunk).map(|(k, _)| {
-                    let mut k = k.clone();
-                    k.push(0);
-                    k
-                }),
-            };
-            Ok(())
-        })?;
-        Ok(step)
-    }
-
-    /// The index definitions of a build of `db`'s indexes that started and has not
-    /// finished (see [`Store::begin_build`]), if any.
-    pub fn interrupted_build(&self, db: &str) -> Result<Option<IndexFile>, StoreError> {
-        self.index_file_record(db, "building", "definitions of an index build")
-    }
-
-    /// Records that `db`'s index entries are being built for `target` (a superset of the
-    /// stored definitions), before the first entry is written: after a crash, the next
-    /// start finds the record and removes what the build wrote ([`Store::roll_back_build`]).
-    pub fn begin_build(&self, db: &str, target: &IndexCatalog) -> Result<(), StoreError> {
-        let json = target.file().to_json();
-        self.write_db(db, &mut |w| {
-            w.put_meta(&format!("building/{db}"), json.as_bytes())
-        })
-    }
-
-    /// Ends a build: `db`'s entries now follow `built`, which becomes its stored index
-    /// definitions, and the build record is removed, in one transaction.
-    pub fn end_build(&self, db: &str, built: &IndexCatalog) -> Result<(), StoreError> {
-        let json = built.file().to_json();
-        self.write_db(db, &mut |w| {
-            w.put_meta(&format!("indexes/{db}"), json.as_bytes())?;
-            w.delete_meta(&format!("building/{db}"))
-        })
-    }
-
-    /// Removes the entries an interrupted build of `db`'s indexes wrote (every entry of its
-    /// target's indexes that the stored definitions lack, derived from the documents), and
-    /// its record. Nothing to do without one.
-    pub fn roll_back_build(&self, db: &str, chunk: usize) -> Result<(), StoreError> {
-        let Some(target) = self.interrupted_build(db)? else {
-            return Ok(());
-        };
-        let stored = self.stored_indexes(db)?.unwrap_or_default();
-        tracing::warn!(database = %db, "an index build was interrupted: removing its entries");
-        let target = IndexCatalog::from_file(&target);
-        let stored = IndexCatalog::from_file(&stored);
-        self.backfill(db, &target, &stored, chunk, |_, _| {})?;
-        self.end_build(db, &stored)
-    }
-
     /// Checks that `db`'s index table holds exactly the entries its documents produce under
     /// `catalog`. Returns the problems found (empty when consistent).
     pub fn check(&self, db: &str, catalog: &IndexCatalog) -> Result<Vec<String>, StoreError> {
         let prefix = db_prefix(db);
         let txn = self.read(db)?;
-        let mut expected = std::collections::BTreeSet::new();
+        // Each entry the documents produce, and the document producing it.
+        let mut expected = std::collections::BTreeMap::new();
         let mut problems = Vec::new();
-        if txn.meta(&format!("building/{db}"))?.is_some() {
+        if txn.meta(&format!("building/{db}"))?.is_some()
+            || txn.meta(&format!("dropping/{db}"))?.is_some()
+        {
             problems.push(
-                "an index build was interrupted (the relay removes its entries when it next starts)"
+                "an index change is under way or was interrupted (a relay finishes it when it \
+                 next starts)"
                     .to_owned(),
             );
         }
@@ -415,7 +292,9 @@ impl Store {
                     if document_key(&doc.name) != k[prefix.len()..] {
                         problems.push(format!("document `{}` stored under another key", doc.name));
                     }
-                    expected.extend(document_entries(catalog, &doc));
+                    for e in document_entries(catalog, &doc) {
+                        expected.insert(e, doc.name.clone());
+                    }
                 }
                 Err(e) => problems.push(format!("undecodable document: {e}")),
             }
@@ -426,10 +305,21 @@ impl Store {
             actual.insert(k[prefix.len()..].to_vec());
             Ok(())
         })?;
-        let missing = expected.difference(&actual).count();
-        let extra = actual.difference(&expected).count();
-        if missing > 0 {
-            problems.push(format!("{missing} index entries missing"));
+        let missing: Vec<&DocumentName> = (expected.iter())
+            .filter(|(k, _)| !actual.contains(*k))
+            .map(|(_, name)| name)
+            .collect();
+        let extra = actual.iter().filter(|k| !expected.contains_key(*k)).count();
+        if !missing.is_empty() {
+            let mut of: Vec<String> = missing.iter().map(|n| format!("`{n}`")).collect();
+            of.dedup();
+            let more = if of.len() > 5 { ", ..." } else { "" };
+            of.truncate(5);
+            problems.push(format!(
+                "{} index entries missing (of {}{more})",
+                missing.len(),
+                of.join(", ")
+            ));
         }
         if extra > 0 {
             problems.push(format!("{extra} index entries without a document"));

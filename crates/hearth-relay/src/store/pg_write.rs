@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use deadpool_postgres::Object;
 
-use super::postgres::{sql_err, table, Reader, TABS};
-use super::txn::{ReadTxn, Rows, Tab, WriteTxn};
+use super::postgres::{head_of, sql_err, table, Reader, TABS};
+use super::txn::{Head, ReadTxn, Rows, Tab, WriteTxn};
 use super::StoreError;
 
 /// The longest key stored: a PostgreSQL B-tree entry must fit in a third of a page (2,704
@@ -25,6 +25,8 @@ struct Pending {
     tables: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 4],
     meta: BTreeMap<String, Option<Vec<u8>>>,
     heads: BTreeMap<String, (u64, i64)>,
+    /// Catalog generations set ([`WriteTxn::set_catalog_generation`]).
+    catalogs: BTreeMap<String, u64>,
 }
 
 /// A write transaction in progress.
@@ -93,28 +95,47 @@ async fn send(
         tables,
         meta,
         heads,
+        catalogs,
     } = pending;
     let mut jobs: Vec<Job> = Vec::new();
     for (t, rows) in TABS.into_iter().zip(tables) {
         table_jobs(&conn, t, rows, &mut jobs).await?;
     }
-    for (k, v) in meta {
+    // Every statement is prepared before any is sent: a job that had to prepare its own
+    // would send its execution only after that round trip, behind the `COMMIT`.
+    if !meta.is_empty() {
+        let upsert = conn
+            .prepare_cached(
+                "INSERT INTO hearth_meta (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            )
+            .await?;
+        let delete = conn
+            .prepare_cached("DELETE FROM hearth_meta WHERE key = $1")
+            .await?;
+        for (k, v) in meta {
+            let c = conn.clone();
+            let (upsert, delete) = (upsert.clone(), delete.clone());
+            jobs.push(Box::pin(async move {
+                match v {
+                    Some(v) => c.execute(&upsert, &[&k, &v]).await.map(drop),
+                    None => c.execute(&delete, &[&k]).await.map(drop),
+                }
+            }));
+        }
+    }
+    if !catalogs.is_empty() {
+        let dbs: Vec<String> = catalogs.keys().cloned().collect();
+        let generations: Vec<i64> = catalogs.values().map(|g| *g as i64).collect();
+        let stmt = conn
+            .prepare_cached(
+                "UPDATE hearth_heads SET catalog = g FROM unnest($1::text[], $2::bigint[]) \
+                 AS c(d, g) WHERE db = d",
+            )
+            .await?;
         let c = conn.clone();
         jobs.push(Box::pin(async move {
-            match v {
-                Some(v) => c
-                    .execute(
-                        "INSERT INTO hearth_meta (key, value) VALUES ($1, $2) \
-                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                        &[&k, &v],
-                    )
-                    .await
-                    .map(drop),
-                None => c
-                    .execute("DELETE FROM hearth_meta WHERE key = $1", &[&k])
-                    .await
-                    .map(drop),
-            }
+            c.execute(&stmt, &[&dbs, &generations]).await.map(drop)
         }));
     }
     if !heads.is_empty() {
@@ -155,13 +176,13 @@ async fn send(
 /// of them need no round trip.
 #[derive(Default)]
 pub(super) struct Ahead {
-    heads: HashMap<String, Option<(u64, i64)>>,
+    heads: HashMap<String, Option<Head>>,
     rows: HashMap<(Tab, Vec<u8>), Option<Vec<u8>>>,
 }
 
 impl Ahead {
     /// Database `db`'s head as read ahead (`None`: not read ahead).
-    pub(super) fn head(&self, db: &str) -> Option<Option<(u64, i64)>> {
+    pub(super) fn head(&self, db: &str) -> Option<Option<Head>> {
         self.heads.get(db).copied()
     }
 
@@ -188,10 +209,10 @@ pub(super) async fn read_ahead(
 ) -> Result<Ahead, StoreError> {
     let sql = match lock {
         true => {
-            "SELECT db, version, commit_micros FROM hearth_heads \
+            "SELECT db, version, commit_micros, catalog FROM hearth_heads \
              WHERE db = ANY($1) ORDER BY db FOR UPDATE"
         }
-        false => "SELECT db, version, commit_micros FROM hearth_heads WHERE db = ANY($1)",
+        false => "SELECT db, version, commit_micros, catalog FROM hearth_heads WHERE db = ANY($1)",
     };
     let heads_stmt = conn.prepare_cached(sql).await.map_err(sql_err)?;
     let mut by_table: [Vec<Vec<u8>>; 4] = Default::default();
@@ -221,8 +242,7 @@ pub(super) async fn read_ahead(
         rows: keys.into_iter().map(|k| (k, None)).collect(),
     };
     for r in heads.map_err(sql_err)? {
-        let (v, m): (i64, i64) = (r.get(1), r.get(2));
-        ahead.heads.insert(r.get(0), Some((v as u64, m)));
+        ahead.heads.insert(r.get(0), Some(head_of(&r, 1)));
     }
     for (t, r) in rows {
         for row in r.map_err(sql_err)? {
@@ -240,6 +260,22 @@ impl PgWrite {
             cache: Ahead::default(),
             retry: None,
         }
+    }
+
+    /// `head` (as stored) with this transaction's own changes to it.
+    fn pending_head(&self, db: &str, head: Option<Head>) -> Option<Head> {
+        let mut head = match (head, self.pending.heads.get(db)) {
+            (h, None) => h,
+            (h, Some(&(version, micros))) => Some(Head {
+                version,
+                micros,
+                catalog: h.map_or(0, |h| h.catalog),
+            }),
+        };
+        if let (Some(h), Some(g)) = (head.as_mut(), self.pending.catalogs.get(db)) {
+            h.catalog = *g;
+        }
+        head
     }
 
     /// Notes a failure: one to serialize makes the transaction run again.
@@ -326,11 +362,12 @@ impl ReadTxn for PgWrite {
         }
     }
 
-    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        match self.pending.heads.get(db) {
-            Some(h) => Ok(Some(*h)),
-            None => self.reader.head(db, false),
-        }
+    fn head(&self, db: &str) -> Result<Option<Head>, StoreError> {
+        let head = match self.cache.head(db) {
+            Some(h) => h,
+            None => self.reader.head(db, false)?,
+        };
+        Ok(self.pending_head(db, head))
     }
 }
 
@@ -385,19 +422,18 @@ impl WriteTxn for PgWrite {
         Ok(())
     }
 
-    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
-        if let Some(h) = self.pending.heads.get(db) {
-            return Ok(Some(*h));
-        }
+    fn lock_head(&mut self, db: &str) -> Result<Option<Head>, StoreError> {
         let r = self.reader.head(db, true);
-        self.check(r)
+        let head = self.check(r)?;
+        self.cache.heads.insert(db.to_owned(), head);
+        Ok(self.pending_head(db, head))
     }
 
     fn begin_commit(
         &mut self,
         dbs: &[&str],
         reads: &[(Tab, Vec<u8>)],
-    ) -> Result<Vec<Option<(u64, i64)>>, StoreError> {
+    ) -> Result<Vec<Option<Head>>, StoreError> {
         let names: Vec<String> = dbs.iter().map(|d| (*d).to_owned()).collect();
         let keys = reads.to_vec();
         let r = self
@@ -411,6 +447,11 @@ impl WriteTxn for PgWrite {
 
     fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError> {
         self.pending.heads.insert(db.to_owned(), (version, micros));
+        Ok(())
+    }
+
+    fn set_catalog_generation(&mut self, db: &str, generation: u64) -> Result<(), StoreError> {
+        self.pending.catalogs.insert(db.to_owned(), generation);
         Ok(())
     }
 

@@ -7,7 +7,8 @@
 //! hearth_changelog   db · version(u64 BE)                     commit time µs · names
 //! hearth_batches     db · string(client_id) · batch_id        idempotency record
 //! hearth_meta        "indexes/<db>", "building/<db>"          index file JSON
-//! hearth_heads       db (text)                                version bigint, commit_micros bigint
+//! hearth_heads       db (text)                                version bigint, commit_micros bigint,
+//!                                                             catalog bigint (migration 2)
 //! hearth_migrations  version int                              applied_at
 //! ```
 //! Keys are Hearth's order-preserving encodings, so `bytea` order (bytewise) is Hearth's key
@@ -42,12 +43,13 @@ use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::pg_write::{read_ahead, Ahead, PgWrite};
-use super::txn::{Backend, ReadTxn, Rows, Tab, Watcher, WriteFn};
+use super::txn::{Backend, Head, ReadTxn, Rows, Tab, Watcher, WriteFn};
 use super::StoreError;
 
 /// The schema's migrations, in order: migration `i + 1` is `MIGRATIONS[i]`. Applied once
 /// each, at start, under an advisory lock (`docs/formats.md`).
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE hearth_heads (db text COLLATE \"C\" PRIMARY KEY, version bigint NOT NULL,
                                commit_micros bigint NOT NULL);
     CREATE TABLE hearth_documents (key bytea PRIMARY KEY, value bytea NOT NULL);
@@ -55,7 +57,11 @@ const MIGRATIONS: &[&str] = &["
     CREATE TABLE hearth_changelog (key bytea PRIMARY KEY, value bytea NOT NULL);
     CREATE TABLE hearth_batches (key bytea PRIMARY KEY, value bytea NOT NULL);
     CREATE TABLE hearth_meta (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);
-"];
+",
+    "
+    ALTER TABLE hearth_heads ADD COLUMN catalog bigint NOT NULL DEFAULT 0;
+",
+];
 
 /// The advisory lock taken while migrating ("hearth" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6865_6172_7468;
@@ -65,6 +71,15 @@ pub const CHANNEL: &str = "hearth";
 
 /// Times a transaction that failed to serialize is run again before the error is returned.
 const RETRIES: usize = 20;
+
+/// The head in columns `at..at + 3` (version, commit_micros, catalog) of `row`.
+pub(super) fn head_of(row: &tokio_postgres::Row, at: usize) -> Head {
+    Head {
+        version: row.get::<_, i64>(at) as u64,
+        micros: row.get(at + 1),
+        catalog: row.get::<_, i64>(at + 2) as u64,
+    }
+}
 
 /// The table of `t`.
 pub(super) fn table(t: Tab) -> &'static str {
@@ -418,16 +433,18 @@ impl Reader {
     }
 
     /// `db`'s head, locked for the transaction with `lock`.
-    pub(super) fn head(&self, db: &str, lock: bool) -> Result<Option<(u64, i64)>, StoreError> {
+    pub(super) fn head(&self, db: &str, lock: bool) -> Result<Option<Head>, StoreError> {
         let db = db.to_owned();
         let sql = match lock {
-            true => "SELECT version, commit_micros FROM hearth_heads WHERE db = $1 FOR UPDATE",
-            false => "SELECT version, commit_micros FROM hearth_heads WHERE db = $1",
+            true => {
+                "SELECT version, commit_micros, catalog FROM hearth_heads WHERE db = $1 FOR UPDATE"
+            }
+            false => "SELECT version, commit_micros, catalog FROM hearth_heads WHERE db = $1",
         };
         self.run(move |conn| async move {
             let stmt = conn.prepare_cached(sql).await.map_err(sql_err)?;
             let row = conn.query_opt(&stmt, &[&db]).await.map_err(sql_err)?;
-            Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1))))
+            Ok(row.map(|r| head_of(&r, 0)))
         })
     }
 
@@ -441,6 +458,38 @@ impl Reader {
             Ok(r) => r,
             Err(_) => Ok(()),
         }
+    }
+}
+
+/// The advisory lock key of database `db`'s index builds: FNV-1a of its name, in a
+/// namespace of its own.
+fn build_lock_key(db: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "hearth-build/".bytes().chain(db.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h as i64
+}
+
+/// A database's build lock, held by the session of a pooled connection: unlocked before
+/// the connection goes back to the pool (and by the server if this relay dies).
+struct BuildLock {
+    shared: Arc<Shared>,
+    conn: Option<Arc<Object>>,
+    key: i64,
+}
+
+impl Drop for BuildLock {
+    fn drop(&mut self) {
+        let (Some(conn), key) = (self.conn.take(), self.key) else {
+            return;
+        };
+        self.shared.handle().spawn(async move {
+            if let Err(e) = conn.execute("SELECT pg_advisory_unlock($1)", &[&key]).await {
+                tracing::warn!(error = %e, "releasing an index build lock failed");
+            }
+        });
     }
 }
 
@@ -488,7 +537,7 @@ impl ReadTxn for PgRead {
         self.reader.meta(key)
     }
 
-    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError> {
+    fn head(&self, db: &str) -> Result<Option<Head>, StoreError> {
         let ahead = self.ahead.lock().expect("read-ahead lock").head(db);
         match ahead {
             Some(h) => Ok(h),
@@ -636,6 +685,22 @@ impl Backend for Postgres {
                 .await
                 .unwrap_or_else(|_| Err(StoreError::Postgres("no answer in 2 s".into())))
         })?
+    }
+
+    fn lock_builds(&self, db: &str) -> Result<Box<dyn Send>, StoreError> {
+        let key = build_lock_key(db);
+        let conn = self.shared.connection()?;
+        let c = conn.clone();
+        self.shared.wait(async move {
+            c.execute("SELECT pg_advisory_lock($1)", &[&key])
+                .await
+                .map_err(sql_err)
+        })??;
+        Ok(Box::new(BuildLock {
+            shared: self.shared.clone(),
+            conn: Some(conn),
+            key,
+        }))
     }
 
     fn watch(&self, watcher: Watcher) -> bool {

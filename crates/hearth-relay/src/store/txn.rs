@@ -1,7 +1,6 @@
 //! The store's boundary: what every backend (the embedded redb files, PostgreSQL) offers,
 //! and all the rest of the relay uses. A backend holds four ordered byte-keyed tables,
-//! a string-keyed `meta` table and a head per database (its last commit version and that
-//! commit's time); it gives consistent read transactions and atomic write transactions.
+//! a string-keyed `meta` table and a head per database ([`Head`]); it gives consistent read transactions and atomic write transactions.
 //! Everything above (the commit logic, the planner's reads, backfills, pruning) is written
 //! once against these traits.
 
@@ -23,6 +22,20 @@ pub enum Tab {
     Batches,
 }
 
+/// A database's head: where its commits and its index definitions stand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Head {
+    /// The last commit version.
+    pub version: u64,
+    /// That commit's time (µs since the epoch).
+    pub micros: i64,
+    /// The generation of the database's index definitions (its `indexes/`, `building/`
+    /// and `dropping/` records): every change of them bumps it, under the head's lock, so
+    /// a commit or a read that finds another generation than the one it knows reloads
+    /// them from its own transaction (`crate::indexes`).
+    pub catalog: u64,
+}
+
 /// Rows of a range read: (key, value).
 pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -42,9 +55,8 @@ pub trait ReadTxn: Send + Sync {
     ) -> Result<Rows, StoreError>;
     /// The `meta` record `key`, if any.
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
-    /// Database `db`'s head: its last commit version and that commit's time (µs), or
-    /// `None` when the database was never registered.
-    fn head(&self, db: &str) -> Result<Option<(u64, i64)>, StoreError>;
+    /// Database `db`'s head, or `None` when the database was never registered.
+    fn head(&self, db: &str) -> Result<Option<Head>, StoreError>;
     /// A hint: the heads of `dbs` and the rows `keys` will be read next, so a backend that
     /// pays a round trip per read fetches them together now (nothing by default).
     fn read_ahead(&self, dbs: &[&str], keys: &[(Tab, Vec<u8>)]) -> Result<(), StoreError> {
@@ -75,7 +87,7 @@ pub trait WriteTxn: ReadTxn {
     /// Database `db`'s head for this transaction. Commits to one database are serialized
     /// from here on (PostgreSQL: the head row's lock, held to the end of the transaction,
     /// so every check that follows sees every earlier commit, from whichever relay).
-    fn lock_head(&mut self, db: &str) -> Result<Option<(u64, i64)>, StoreError>;
+    fn lock_head(&mut self, db: &str) -> Result<Option<Head>, StoreError>;
     /// Locks the heads of `dbs` (sorted, without repeats) as [`WriteTxn::lock_head`] does,
     /// and reads `reads` ahead: the transaction's reads of them may be served from what was
     /// read here, since no other writer changes a locked database's rows. Returns the
@@ -84,12 +96,15 @@ pub trait WriteTxn: ReadTxn {
         &mut self,
         dbs: &[&str],
         reads: &[(Tab, Vec<u8>)],
-    ) -> Result<Vec<Option<(u64, i64)>>, StoreError> {
+    ) -> Result<Vec<Option<Head>>, StoreError> {
         let _ = reads;
         dbs.iter().map(|db| self.lock_head(db)).collect()
     }
-    /// Sets database `db`'s head (registering it when new).
+    /// Sets database `db`'s head (registering it when new); its catalog generation stays.
     fn set_head(&mut self, db: &str, version: u64, micros: i64) -> Result<(), StoreError>;
+    /// Sets database `db`'s catalog generation ([`Head::catalog`]); its head must be
+    /// locked in this transaction.
+    fn set_catalog_generation(&mut self, db: &str, generation: u64) -> Result<(), StoreError>;
     /// The longest key the backend stores (`None`: no limit of its own). The committer
     /// refuses a batch that would write a longer one, before anything is written.
     fn max_key_bytes(&self) -> Option<usize> {
@@ -124,6 +139,12 @@ pub trait Backend: Send + Sync {
     /// Whether the backend answers now (`/healthz`).
     fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// Waits for, and takes, database `db`'s index build lock, held until the returned
+    /// value is dropped (`super::Store::lock_builds`). An embedded store has one relay,
+    /// whose own lock per database serializes its builds: nothing to take.
+    fn lock_builds(&self, _db: &str) -> Result<Box<dyn Send>, StoreError> {
+        Ok(Box::new(()))
     }
     /// For a backend other relays write to as well: calls `watcher` with what it hears of
     /// their commits, from now on, and returns true. An embedded store has no other

@@ -4,12 +4,13 @@
 use std::cell::Cell;
 
 use hearth_core::encoding::key::prefix_end;
+use hearth_core::index::def::IndexCatalog;
 use hearth_core::index::keys::document_key;
 use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
 use hearth_core::path::DocumentName;
 
 use super::txn::{ReadTxn, Tab};
-use super::{db_prefix, decode_change_names, shard_of, StoreError};
+use super::{db_prefix, decode_change_names, shard_of, Catalogs, StoreError};
 
 /// A read transaction over all tables of one shard.
 pub struct Snapshot {
@@ -97,13 +98,24 @@ impl DatabaseView<'_> {
 
     /// The database's commit version in this snapshot.
     pub fn version(&self) -> Result<u64, StoreError> {
-        Ok(self.txn.head(&self.name)?.map_or(0, |(v, _)| v))
+        Ok(self.txn.head(&self.name)?.map_or(0, |h| h.version))
+    }
+
+    /// The database's catalog generation in this snapshot ([`super::txn::Head::catalog`]).
+    pub fn catalog_generation(&self) -> Result<u64, StoreError> {
+        Ok(self.txn.head(&self.name)?.map_or(0, |h| h.catalog))
+    }
+
+    /// The index definitions queries are planned with in this snapshot, at catalog
+    /// generation `generation` (this snapshot's).
+    pub fn planned_catalog(&self, generation: u64) -> Result<IndexCatalog, StoreError> {
+        Ok(Catalogs::load(self.txn, &self.name, generation)?.indexes)
     }
 
     /// The commit time (µs since the epoch) of the database's last commit in this
     /// snapshot (0: unknown).
     pub fn head_micros(&self) -> Result<i64, StoreError> {
-        Ok(self.txn.head(&self.name)?.map_or(0, |(_, m)| m))
+        Ok(self.txn.head(&self.name)?.map_or(0, |h| h.micros))
     }
 
     /// Names changed by the commits in `(after, through]`, or `None` when the changelog

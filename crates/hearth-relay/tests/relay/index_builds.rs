@@ -19,7 +19,7 @@ use crate::harness::*;
 const FIELDS: [&str; 4] = ["a", "b", "c", "d"];
 
 /// Document `i` of collection `items`, its fields a function of `i` and `salt`.
-fn item(i: u64, salt: u64) -> Mutation {
+pub(crate) fn item(i: u64, salt: u64) -> Mutation {
     let v = |k: u64| int(((i * (k + 3) + salt * 7 + k) % 5) as i64);
     Mutation::set(
         name(&format!("items/i{i:06}")),
@@ -28,7 +28,7 @@ fn item(i: u64, salt: u64) -> Mutation {
 }
 
 /// Writes documents `0..n` of `items` (salted), 500 per batch.
-async fn load(c: &Client, n: u64, salt: u64) {
+pub(crate) async fn load(c: &Client, n: u64, salt: u64) {
     let mut i = 0;
     while i < n {
         let end = (i + 500).min(n);
@@ -40,14 +40,14 @@ async fn load(c: &Client, n: u64, salt: u64) {
 }
 
 /// `where(f == 1).orderBy(g)`: needs the composite index (f, g).
-fn needs(f: &str, g: &str) -> Query {
+pub(crate) fn needs(f: &str, g: &str) -> Query {
     Query::collection(coll("items"))
         .where_(f, Op::Equal, int(1))
         .order_by(g, Direction::Ascending)
 }
 
 /// What `needs(f, g)` returns over documents `0..n` salted with `salt`: names in order.
-fn expected(f: &str, g: &str, n: u64, salt: u64) -> Vec<String> {
+pub(crate) fn expected(f: &str, g: &str, n: u64, salt: u64) -> Vec<String> {
     let field = |i: u64, name: &str| {
         let k = FIELDS.iter().position(|x| *x == name).unwrap() as u64;
         (i * (k + 3) + salt * 7 + k) % 5
@@ -60,7 +60,7 @@ fn expected(f: &str, g: &str, n: u64, salt: u64) -> Vec<String> {
     rows.into_iter().map(|(_, n)| n).collect()
 }
 
-fn names(docs: &[Document]) -> Vec<String> {
+pub(crate) fn names(docs: &[Document]) -> Vec<String> {
     docs.iter().map(|d| d.name.to_string()).collect()
 }
 

@@ -24,5 +24,6 @@ mod robustness;
 mod rules;
 mod rules_listens;
 mod scale_out;
+mod scale_out_indexes;
 mod shards;
 mod writes;
