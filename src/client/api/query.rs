@@ -332,12 +332,14 @@ impl Query {
                 );
                 Ok(QuerySnapshot::new(&db, q, docs, changes, false).into())
             } else {
+                // Pending writes as of the call, as for a document's cache read.
+                let pending = db.engine.pending_names();
                 let docs = db.engine.query(&q).await?;
                 let changes = hearth_core::query::view::added(&docs);
                 let docs: Vec<_> = docs
                     .into_iter()
                     .map(|d| {
-                        let p = db.engine.is_pending(&d.name);
+                        let p = pending.contains(&d.name);
                         (d, p)
                     })
                     .collect();

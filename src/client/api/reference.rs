@@ -277,8 +277,12 @@ impl DocumentReference {
                     ),
                 }
             } else {
-                let doc = db.engine.get_document(&name).await?;
+                // Whether a batch writes it is taken as of the call (the writes issued before
+                // it have landed, none can be acknowledged yet): an acknowledgement arriving
+                // while the cache is read does not make this read newer than its call, as
+                // Firestore runs a client's operations in call order.
                 let pending = db.engine.is_pending(&name);
+                let doc = db.engine.get_document(&name).await?;
                 Ok(DocumentSnapshot::new(&db, name, doc, pending, true).into())
             }
         })
