@@ -16,7 +16,7 @@ use crate::databases::Database;
 use crate::metrics::Metrics;
 use crate::state::Relay;
 use crate::store::{Pass, Store, StoreError};
-use hearth_core::index::def::{IndexCatalog, IndexDef};
+use hearth_core::index::def::IndexCatalog;
 use hearth_core::query::validate::QueryError;
 
 /// Documents written per transaction of a change applied at start.
@@ -64,7 +64,6 @@ impl Relay {
         if !self.config().auto_index {
             return false;
         }
-        let def = IndexDef::from_spec(index);
         let _building = db.index_build().await;
         let (store, name) = (self.store().clone(), db.name().to_owned());
         let locked = tokio::task::spawn_blocking(move || {
@@ -81,7 +80,7 @@ impl Relay {
             Err(_) => return false,
         };
         let mut new = stored.indexes.clone();
-        if !new.add_composite(def) && stored.building.is_none() && stored.dropping.is_none() {
+        if !new.add_missing(index) && stored.building.is_none() && stored.dropping.is_none() {
             // An earlier creation (here or on another relay) made it.
             return true;
         }

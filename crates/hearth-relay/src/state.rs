@@ -325,14 +325,13 @@ impl Relay {
                 .check_list(db.name(), q, &SnapshotReader { view: &view })
                 .map_err(QueryError::PermissionDenied)?;
         }
-        let version = view.version().map_err(storage)?;
+        let head = view.head().map_err(storage)?;
         // Planned with the definitions of this snapshot's catalog generation.
-        let generation = view.catalog_generation().map_err(storage)?;
         let catalog = db
-            .catalog_at(generation, || view.planned_catalog(generation))
+            .catalog_at(head.catalog, || view.planned_catalog(head.catalog))
             .map_err(storage)?;
         let result = read(&view, &catalog);
-        Ok((self.within_budget(&view, result)?, version))
+        Ok((self.within_budget(&view, result)?, head.version))
     }
 
     /// `result`, or `resource-exhausted` when it failed for passing the scan budget.

@@ -23,6 +23,7 @@ use crate::state::Relay;
 use crate::store::txn::Watched;
 use crate::store::StoreError;
 use crate::supervise::supervised;
+use hearth_core::error::ErrorCode;
 use hearth_core::kv::block_on_ready;
 use hearth_core::query::execute::fetch;
 
@@ -178,13 +179,32 @@ fn catch_up(
         return Ok(());
     }
     let Some(mut names) = view.changes_between(*last, head)? else {
-        return Err(StoreError::Corrupt {
-            db: db.to_owned(),
-            what: format!(
-                "the changelog no longer holds every commit after version {last}: this relay \
-                 fell behind by more than the changelog's retention"
-            ),
-        });
+        // Fell behind the changelog's retention (this relay could not reach the store for
+        // that long): what changed since cannot be told. Every connection listening to
+        // the database ends; its client reconnects and resumes from its version, which
+        // gets a Reset. The fan-out goes on from the head.
+        drop(snap);
+        tracing::warn!(
+            database = %db,
+            from = *last,
+            head,
+            "this relay fell behind the changelog's retention: its listening connections to \
+             the database end, and their clients resume with a Reset"
+        );
+        d.fanout().end_connections(
+            ErrorCode::Unavailable,
+            "the relay fell behind the changelog: reconnect and listen again",
+        );
+        *last = head;
+        forward.send(
+            vec![Committed {
+                database: db.to_owned(),
+                version: head,
+                changes: Vec::new(),
+            }],
+            Instant::now(),
+        );
+        return Ok(());
     };
     names.sort();
     names.dedup();

@@ -260,6 +260,53 @@ impl IndexCatalog {
         true
     }
 
+    /// Adds the index a missing-index error names (the relay's `--auto-index`), in the form
+    /// the index file gives it: a composite as a composite, a single-field index as an
+    /// override of its field keeping every single-field index the field has now, plus this
+    /// one. Returns false if it existed.
+    pub fn add_missing(&mut self, spec: &CompositeIndexSpec) -> bool {
+        let [only] = spec.fields.as_slice() else {
+            return self.add_composite(IndexDef::from_spec(spec));
+        };
+        let (group, field) = (&spec.collection_group, &only.field_path);
+        let mut indexes = Vec::new();
+        for scope in [QueryScope::Collection, QueryScope::CollectionGroup] {
+            let m = self.single_field_modes(group, field, scope);
+            for (on, mode) in [
+                (m.ascending, FieldMode::Ascending),
+                (m.descending, FieldMode::Descending),
+                (m.array_contains, FieldMode::ArrayContains),
+            ] {
+                if on {
+                    indexes.push(OverrideIndexSpec {
+                        mode,
+                        query_scope: scope,
+                    });
+                }
+            }
+        }
+        let wanted = OverrideIndexSpec {
+            mode: only.mode,
+            query_scope: spec.query_scope,
+        };
+        if indexes.contains(&wanted) {
+            return false;
+        }
+        indexes.push(wanted);
+        let o = FieldOverrideSpec {
+            collection_group: group.clone(),
+            field_path: field.clone(),
+            indexes,
+        };
+        let same = |x: &FieldOverrideSpec| x.collection_group == *group && x.field_path == *field;
+        self.source.field_overrides.retain(|x| !same(x));
+        self.source.field_overrides.push(o.clone());
+        let list = self.overrides.entry(group.clone()).or_default();
+        list.retain(|x| !same(x));
+        list.push(o);
+        true
+    }
+
     pub fn composites(&self) -> &[IndexDef] {
         &self.composites
     }

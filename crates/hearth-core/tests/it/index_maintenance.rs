@@ -452,3 +452,54 @@ fn order_equal_elements_share_one_entry() {
     assert_eq!(store.index, store2.index);
     check_index_table(&file, &store, &docs).unwrap();
 }
+
+/// `add_missing` records an index in the form the index file gives it, so the stored file
+/// reads back as the same definitions (a relay reloads them from it): a composite as a
+/// composite, a single-field index as an override keeping the field's other indexes.
+#[test]
+fn added_missing_indexes_read_back_from_their_file() {
+    use hearth_core::index::config::{parse_index_file, CompositeIndexSpec, IndexFieldSpec};
+    let field = |p: &str, mode| IndexFieldSpec {
+        field_path: FieldPath::parse(p).unwrap(),
+        mode,
+    };
+    let spec = |scope, fields| CompositeIndexSpec {
+        collection_group: "items".into(),
+        query_scope: scope,
+        fields,
+    };
+    let mut catalog = IndexCatalog::new();
+    let single = spec(
+        QueryScope::CollectionGroup,
+        vec![field("mixed", FieldMode::Descending)],
+    );
+    let pair = spec(
+        QueryScope::Collection,
+        vec![
+            field("a", FieldMode::Ascending),
+            field("b", FieldMode::Descending),
+        ],
+    );
+    assert!(catalog.add_missing(&single));
+    assert!(catalog.add_missing(&pair));
+    assert!(!catalog.add_missing(&single), "added once");
+    assert!(!catalog.add_missing(&pair), "added once");
+    let file = parse_index_file(&catalog.file().to_json()).expect("the file parses");
+    let reread = IndexCatalog::from_file(&file);
+    let mixed = FieldPath::parse("mixed").unwrap();
+    for c in [&catalog, &reread] {
+        let group = c.single_field_modes("items", &mixed, QueryScope::CollectionGroup);
+        assert!(group.descending && !group.ascending && !group.array_contains);
+        let coll = c.single_field_modes("items", &mixed, QueryScope::Collection);
+        assert!(coll.ascending && coll.descending && coll.array_contains);
+        assert_eq!(c.composites(), &[IndexDef::from_spec(&pair)]);
+    }
+    let doc = Document::new(
+        DocumentName::parse("items/x").unwrap(),
+        Map::from([("mixed".to_owned(), Value::Integer(1))]),
+    );
+    assert_eq!(
+        document_entries(&catalog, &doc),
+        document_entries(&reread, &doc)
+    );
+}

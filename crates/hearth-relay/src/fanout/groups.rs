@@ -183,6 +183,38 @@ impl Inner {
         self.pending.clear();
     }
 
+    /// Ends every connection with a target here: each gets a connection-level error `code`
+    /// saying `message` and is closed (its client reconnects and resumes); its targets go.
+    /// Returns how many targets there were.
+    pub(super) fn end_connections(&mut self, code: ErrorCode, message: &str) -> usize {
+        let conns: Vec<u64> = self.by_conn.keys().copied().collect();
+        let mut ended = 0;
+        for conn in conns {
+            let targets = self.by_conn.remove(&conn).unwrap_or_default();
+            let out = targets.iter().find_map(|t| {
+                let slot = self.by_target.get(&(conn, *t))?;
+                let group = self.groups.get(&slot.key[..])?;
+                group.subscribers.get(slot.index).map(|s| s.out.clone())
+            });
+            for t in &targets {
+                self.unlisten(conn, *t);
+            }
+            self.pending.retain(|(o, _, _)| o.conn() != conn);
+            if let Some(out) = out {
+                out.send_message(&ServerMessage::Error {
+                    request_id: 0,
+                    target_id: 0,
+                    code,
+                    message: message.to_owned(),
+                });
+                out.close(false);
+            }
+            ended += targets.len();
+        }
+        self.ended += ended;
+        ended
+    }
+
     /// Removes a target in O(1); false if it did not exist.
     pub(super) fn unlisten(&mut self, conn: u64, target_id: u32) -> bool {
         let Some(slot) = self.by_target.remove(&(conn, target_id)) else {

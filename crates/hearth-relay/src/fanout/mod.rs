@@ -451,6 +451,12 @@ impl Fanout {
         targets
     }
 
+    /// Ends every connection listening here with a connection-level error (`code`,
+    /// `message`): their clients reconnect and resume. Returns the targets ended.
+    pub fn end_connections(&self, code: ErrorCode, message: &str) -> usize {
+        self.lock().end_connections(code, message)
+    }
+
     /// Removes every target of a connection; returns how many there were. O(its targets).
     pub fn drop_connection(&self, conn: u64) -> usize {
         self.end_listens(conn).len()

@@ -186,6 +186,11 @@ impl Ahead {
         self.heads.get(db).copied()
     }
 
+    /// Notes database `db`'s head as read (valid for the transaction that read it).
+    pub(super) fn set_head(&mut self, db: &str, head: Option<Head>) {
+        self.heads.insert(db.to_owned(), head);
+    }
+
     /// Row `key` of `t` as read ahead (`None`: not read ahead).
     pub(super) fn row(&self, t: Tab, key: &[u8]) -> Option<Option<Vec<u8>>> {
         self.rows.get(&(t, key.to_vec())).cloned()
@@ -425,7 +430,7 @@ impl WriteTxn for PgWrite {
     fn lock_head(&mut self, db: &str) -> Result<Option<Head>, StoreError> {
         let r = self.reader.head(db, true);
         let head = self.check(r)?;
-        self.cache.heads.insert(db.to_owned(), head);
+        self.cache.set_head(db, head);
         Ok(self.pending_head(db, head))
     }
 

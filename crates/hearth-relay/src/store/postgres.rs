@@ -541,7 +541,12 @@ impl ReadTxn for PgRead {
         let ahead = self.ahead.lock().expect("read-ahead lock").head(db);
         match ahead {
             Some(h) => Ok(h),
-            None => self.reader.head(db, false),
+            None => {
+                // A snapshot's head never changes: later reads of it need no round trip.
+                let h = self.reader.head(db, false)?;
+                self.ahead.lock().expect("read-ahead lock").set_head(db, h);
+                Ok(h)
+            }
         }
     }
 

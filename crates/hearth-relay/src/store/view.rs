@@ -9,7 +9,7 @@ use hearth_core::index::keys::document_key;
 use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
 use hearth_core::path::DocumentName;
 
-use super::txn::{ReadTxn, Tab};
+use super::txn::{Head, ReadTxn, Tab};
 use super::{db_prefix, decode_change_names, shard_of, Catalogs, StoreError};
 
 /// A read transaction over all tables of one shard.
@@ -101,9 +101,9 @@ impl DatabaseView<'_> {
         Ok(self.txn.head(&self.name)?.map_or(0, |h| h.version))
     }
 
-    /// The database's catalog generation in this snapshot ([`super::txn::Head::catalog`]).
-    pub fn catalog_generation(&self) -> Result<u64, StoreError> {
-        Ok(self.txn.head(&self.name)?.map_or(0, |h| h.catalog))
+    /// The database's head in this snapshot (all zero when it was never registered).
+    pub fn head(&self) -> Result<Head, StoreError> {
+        Ok(self.txn.head(&self.name)?.unwrap_or_default())
     }
 
     /// The index definitions queries are planned with in this snapshot, at catalog

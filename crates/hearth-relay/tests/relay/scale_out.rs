@@ -4,7 +4,8 @@
 //! version (so no snapshot shows part of a batch); a relay killed mid-commit and the
 //! client's retry through another relay apply each batch once; a crash of PostgreSQL
 //! loses no acknowledged write; a relay whose notification connection is terminated
-//! still delivers every change; a resume from before a truncated changelog gets a Reset.
+//! still delivers every change; a resume from before a truncated changelog gets a Reset, and
+//! so do the listens of a relay that fell behind it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -346,6 +347,65 @@ async fn a_resume_from_before_a_truncated_changelog_gets_a_reset() {
     let after = within(l.next()).await.unwrap();
     assert!(after.reset, "the changelog lost the commits since: a reset");
     assert_eq!(after.documents.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_behind_the_changelog_ends_its_listens_and_they_resume_with_a_reset() {
+    let dir = TempDir::new("behind");
+    let url = crate::pg::url_for(dir.path());
+    let db = crate::pg::database_for(dir.path());
+    let a = Relay::fresh(&["--postgres", &url]);
+    // Relay B hears nothing of A's commits (no notifications, no poll) until its own.
+    let b = Relay::fresh(&[
+        "--postgres",
+        &url,
+        "--postgres-listen",
+        "false",
+        "--postgres-poll-ms",
+        "600000",
+    ]);
+    let writer = a.client(DB).await;
+    let reader = b.client(DB).await;
+    let mut l = within(reader.listen(&items(), None)).await.unwrap();
+    let first = within(l.next()).await.unwrap();
+    for i in 0..3 {
+        within(writer.write(vec![Mutation::set(
+            name(&format!("items/a{i}")),
+            map([("n", int(i))]),
+        )]))
+        .await
+        .unwrap();
+    }
+    // The commits B has not handed on leave the changelog (as retention would while B
+    // could not reach the store); B's next commit shows it the gap.
+    crate::pg::server().sql(&db, "DELETE FROM hearth_changelog");
+    let own = b.client(DB).await;
+    let v = within(own.write(vec![Mutation::set(name("items/b"), map([("n", int(9))]))]))
+        .await
+        .unwrap();
+    // B cannot tell its listeners what changed: it ends their connection...
+    let ended = within_for(Duration::from_secs(10), l.next())
+        .await
+        .expect_err("the listen ends");
+    assert!(format!("{ended}").contains("fell behind"), "{ended}");
+    // ...and their resume gets the whole result at once.
+    let again = b.client(DB).await;
+    let mut l = within(again.resume(&items(), first.version, first.documents.clone()))
+        .await
+        .unwrap();
+    let reset = within(l.next()).await.unwrap();
+    assert!(reset.reset, "a resume across the lost changes is a reset");
+    assert!(reset.version >= v);
+    assert_eq!(reset.documents.len(), 4);
+    // B's fan-out goes on from there: later commits of either relay reach it.
+    within(writer.write(vec![Mutation::set(name("items/c"), map([("n", int(1))]))]))
+        .await
+        .unwrap();
+    within(own.write(vec![Mutation::set(name("items/d"), map([("n", int(1))]))]))
+        .await
+        .unwrap();
+    let snaps = snapshots_until(&mut l, v + 2).await;
+    assert_eq!(snaps.last().unwrap().documents.len(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
