@@ -80,6 +80,9 @@ pub struct Config {
     /// PEM file of the certificate authorities that may sign the PostgreSQL server's
     /// certificate (`--postgres-ca`): with it, connections use TLS; without, they do not.
     pub postgres_ca: Option<PathBuf>,
+    /// PEM files of the relay's client certificate and its key (`--postgres-cert`,
+    /// `--postgres-key`), for a server that authenticates clients by certificate.
+    pub postgres_client_cert: Option<(PathBuf, PathBuf)>,
     /// How often the heads of a shared store are polled for other relays' commits (the
     /// longest a lost notification delays a change).
     pub postgres_poll: Duration,
@@ -120,6 +123,7 @@ impl Config {
             postgres_url: None,
             postgres_pool: 16,
             postgres_ca: None,
+            postgres_client_cert: None,
             postgres_poll: Duration::from_millis(50),
             postgres_listen: true,
         }

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use hearth_core::index::config::{parse_index_file, IndexFile};
 use hearth_core::index::def::IndexCatalog;
 use hearth_relay::auth::Authenticator;
-use hearth_relay::store::{valid_database_name, Store};
+use hearth_relay::store::{valid_database_name, PgTls, Store};
 use hearth_relay::{run, Config, Relay};
 
 #[derive(Parser)]
@@ -39,6 +39,12 @@ enum Command {
         /// PEM file of the certificate authorities of the PostgreSQL server (TLS).
         #[arg(long, env = "HEARTH_POSTGRES_CA")]
         postgres_ca: Option<PathBuf>,
+        /// PEM file of a client certificate for the PostgreSQL server (with --postgres-key).
+        #[arg(long, env = "HEARTH_POSTGRES_CERT", requires = "postgres_key")]
+        postgres_cert: Option<PathBuf>,
+        /// PEM file of the client certificate's private key.
+        #[arg(long, env = "HEARTH_POSTGRES_KEY", requires = "postgres_cert")]
+        postgres_key: Option<PathBuf>,
         /// Index definitions to check against (default: the ones each database was built with).
         #[arg(long, env = "HEARTH_INDEXES")]
         indexes: Option<PathBuf>,
@@ -128,6 +134,14 @@ struct ServeArgs {
     /// a server without TLS). Without it, connections do not use TLS.
     #[arg(long, env = "HEARTH_POSTGRES_CA")]
     postgres_ca: Option<PathBuf>,
+    /// PEM file of the relay's client certificate (its chain), presented to a PostgreSQL
+    /// server that authenticates clients by certificate (`hostssl ... cert` in
+    /// `pg_hba.conf`); needs --postgres-key and --postgres-ca.
+    #[arg(long, env = "HEARTH_POSTGRES_CERT", requires = "postgres_key")]
+    postgres_cert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "HEARTH_POSTGRES_KEY", requires = "postgres_cert")]
+    postgres_key: Option<PathBuf>,
     /// How often, in milliseconds, the PostgreSQL store's heads are polled for other
     /// relays' commits: the longest a lost notification delays a change.
     #[arg(long, env = "HEARTH_POSTGRES_POLL_MS", default_value_t = 50)]
@@ -368,6 +382,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.postgres_url = args.postgres.clone().filter(|u| !u.is_empty());
     config.postgres_pool = args.postgres_pool.max(2);
     config.postgres_ca = args.postgres_ca.clone();
+    config.postgres_client_cert = args.postgres_cert.clone().zip(args.postgres_key.clone());
     config.postgres_poll = Duration::from_millis(args.postgres_poll_ms.max(1));
     config.postgres_listen = args.postgres_listen;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -389,11 +404,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 fn check(
     data: PathBuf,
     postgres: Option<String>,
-    ca: Option<PathBuf>,
+    tls: PgTls,
     indexes: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let store = match postgres {
-        Some(url) => Store::postgres(&url, 2, ca.as_deref())?,
+        Some(url) => Store::postgres(&url, 2, &tls)?,
         None => Store::open(&data)?,
     };
     let forced = indexes.map(|p| read_indexes(Some(&p))).transpose()?;
@@ -428,8 +443,16 @@ fn main() -> anyhow::Result<()> {
             data,
             postgres,
             postgres_ca,
+            postgres_cert,
+            postgres_key,
             indexes,
-        } => check(data, postgres, postgres_ca, indexes),
+        } => {
+            let tls = PgTls {
+                ca: postgres_ca,
+                client: postgres_cert.zip(postgres_key),
+            };
+            check(data, postgres, tls, indexes)
+        }
         Command::Rules(RulesCommand::Test { rules, cases }) => rules_test(&rules, &cases),
     }
 }

@@ -51,6 +51,7 @@ use hearth_core::path::DocumentName;
 
 pub use catalog::{BuildLock, Catalogs, Pass};
 pub use embedded::{shard_file_name, BATCHES, CHANGELOG, DOCUMENTS, INDEX, META};
+pub use postgres::PgTls;
 pub use txn::Tab;
 use txn::{Backend, ReadTxn, WriteFn};
 use view::PAGE;
@@ -155,11 +156,11 @@ impl Store {
     }
 
     /// Connects to the PostgreSQL database at `url` with at most `pool_size` pooled
-    /// connections (over TLS verified against the certificate authorities in PEM file
-    /// `ca`, if given), creating or migrating its schema: a store other relays may share.
-    pub fn postgres(url: &str, pool_size: usize, ca: Option<&Path>) -> Result<Store, StoreError> {
+    /// connections (over TLS with `tls`' files, if it names an authority), creating or
+    /// migrating its schema: a store other relays may share.
+    pub fn postgres(url: &str, pool_size: usize, tls: &PgTls) -> Result<Store, StoreError> {
         Ok(Store {
-            backend: Box::new(postgres::Postgres::connect(url, pool_size, ca)?),
+            backend: Box::new(postgres::Postgres::connect(url, pool_size, tls)?),
         })
     }
 

@@ -30,13 +30,13 @@
 //! its own and waits for each call's answer on a channel, which works from any thread.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
@@ -215,12 +215,22 @@ impl Postgres {
     pub(super) fn connect(
         url: &str,
         pool_size: usize,
-        ca: Option<&Path>,
+        tls: &PgTls,
     ) -> Result<Postgres, StoreError> {
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Postgres(format!("bad PostgreSQL URL: {e}")))?;
-        let tls = ca.map(tls_connector).transpose()?;
+        let tls = match (&tls.ca, &tls.client) {
+            (Some(ca), client) => Some(tls_connector(ca, client.as_ref())?),
+            (None, Some(_)) => {
+                return Err(StoreError::Postgres(
+                    "a client certificate (--postgres-cert) is sent over TLS: give the \
+                     certificate authority of the server's certificate with --postgres-ca"
+                        .into(),
+                ))
+            }
+            (None, None) => None,
+        };
         if tls.is_none() && config.get_ssl_mode() == SslMode::Require {
             return Err(StoreError::Postgres(
                 "the URL asks for TLS (sslmode=require): give the certificate authority that \
@@ -261,25 +271,58 @@ impl Postgres {
     }
 }
 
+/// The TLS files of PostgreSQL connections (no authority: no TLS).
+#[derive(Clone, Debug, Default)]
+pub struct PgTls {
+    /// PEM file of the certificate authorities that sign the server's certificate
+    /// (`--postgres-ca`).
+    pub ca: Option<PathBuf>,
+    /// PEM files of the relay's client certificate (its chain) and of its private key
+    /// (`--postgres-cert`, `--postgres-key`), for a server that authenticates clients by
+    /// certificate.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
 /// A TLS connector that trusts the certificate authorities of PEM file `ca` (and no
 /// others): the server's certificate must be signed by one and name the host connected to.
-fn tls_connector(ca: &Path) -> Result<MakeRustlsConnect, StoreError> {
-    let bad = |e: &dyn std::fmt::Display| {
-        StoreError::Postgres(format!("--postgres-ca {}: {e}", ca.display()))
+/// With `client`, it presents that certificate and key when the server asks for one.
+fn tls_connector(
+    ca: &Path,
+    client: Option<&(PathBuf, PathBuf)>,
+) -> Result<MakeRustlsConnect, StoreError> {
+    let bad = |flag: &str, file: &Path, e: &dyn std::fmt::Display| {
+        StoreError::Postgres(format!("{flag} {}: {e}", file.display()))
     };
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(&e))? {
-        roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad("--postgres-ca", ca, &e))? {
+        let cert = cert.map_err(|e| bad("--postgres-ca", ca, &e))?;
+        roots.add(cert).map_err(|e| bad("--postgres-ca", ca, &e))?;
     }
     if roots.is_empty() {
-        return Err(bad(&"no certificate in it"));
+        return Err(bad("--postgres-ca", ca, &"no certificate in it"));
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .map_err(|e| bad("--postgres-ca", ca, &e))?
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .map_err(|e| bad("--postgres-cert", cert, &e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad("--postgres-cert", cert, &e))?;
+            if chain.is_empty() {
+                return Err(bad("--postgres-cert", cert, &"no certificate in it"));
+            }
+            let key =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| bad("--postgres-key", key, &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| bad("--postgres-cert", cert, &e))?
+        }
+    };
     Ok(MakeRustlsConnect::new(config))
 }
 

@@ -49,7 +49,7 @@ fn shard_file(dir: &Path) -> std::path::PathBuf {
 /// `HEARTH_TEST_STORE=postgres` the PostgreSQL database standing for it.
 fn open_store(dir: &Path) -> Store {
     match crate::pg::enabled() {
-        true => Store::postgres(&crate::pg::url_for(dir), 2, None).unwrap(),
+        true => Store::postgres(&crate::pg::url_for(dir), 2, &Default::default()).unwrap(),
         false => Store::open(dir).unwrap(),
     }
 }

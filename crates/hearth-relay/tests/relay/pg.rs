@@ -38,7 +38,7 @@ fn free_port() -> u16 {
 /// The server, started on first use.
 pub fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(|| Server::start("shared", None))
+    SERVER.get_or_init(|| Server::start("shared", None, false))
 }
 
 /// A server of the test's own (one it may crash), stopped when dropped.
@@ -46,12 +46,18 @@ pub struct Own(pub Server);
 
 impl Own {
     pub fn start(tag: &str) -> Own {
-        Own(Server::start(tag, None))
+        Own(Server::start(tag, None, false))
     }
 
     /// A server that also serves TLS with `certs`' `server.crt` and `server.key`.
     pub fn start_with_tls(tag: &str, certs: &Path) -> Own {
-        Own(Server::start(tag, Some(certs)))
+        Own(Server::start(tag, Some(certs), false))
+    }
+
+    /// A server whose TLS connections must present a client certificate signed by
+    /// `certs`' `ca.crt` naming their user (connections without TLS are trusted).
+    pub fn start_with_client_certs(tag: &str, certs: &Path) -> Own {
+        Own(Server::start(tag, Some(certs), true))
     }
 }
 
@@ -64,8 +70,9 @@ impl Drop for Own {
 
 impl Server {
     /// Starts a server (stopped at the latest when the test process is gone), serving TLS
-    /// too with the certificate and key in `tls`.
-    fn start(tag: &str, tls: Option<&Path>) -> Server {
+    /// too with the certificate and key in `tls` (asking TLS clients for a certificate
+    /// with `clients`).
+    fn start(tag: &str, tls: Option<&Path>, clients: bool) -> Server {
         let dir = std::env::temp_dir().join(format!("hearth-pg-{tag}-{}", std::process::id()));
         let port = free_port();
         run_ok(
@@ -74,7 +81,8 @@ impl Server {
                 .arg(&dir)
                 .arg(port.to_string())
                 .arg(std::process::id().to_string())
-                .envs(tls.map(|d| ("PG_SERVER_SSL", d))),
+                .envs(tls.map(|d| ("PG_SERVER_SSL", d)))
+                .envs(clients.then_some(("PG_SERVER_SSL_CLIENTS", "1"))),
         );
         Server {
             dir,
@@ -100,6 +108,7 @@ impl Server {
             .unwrap_or_else(|| PathBuf::from("psql"));
         let out = run_ok(
             Command::new(psql)
+                .env("PGSSLMODE", "disable")
                 .args([
                     "-h",
                     "127.0.0.1",

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hearth_client::Client;
 use hearth_core::protocol::ErrorCode;
 use tokio::task::JoinHandle;
 
@@ -47,6 +48,25 @@ fn index_file(dir: &TempDir, file: &str, pairs: &[(&str, &str)]) -> String {
     dir.file(file, &text).display().to_string()
 }
 
+/// Lets the writer go on 300 ms more, stops it and returns the end of its range, having
+/// checked that it wrote meanwhile.
+async fn finish(stop: &AtomicBool, writes: JoinHandle<u64>, from: u64) -> u64 {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let end = writes.await.unwrap();
+    let wrote = end - from;
+    assert!(wrote > 20, "relay B wrote only {wrote} documents meanwhile");
+    end
+}
+
+/// Asserts that relay `label`'s client plans `needs(f, g)` with the index and gets `want`.
+async fn assert_serves(label: &str, c: &Client, (f, g): (&str, &str), want: &[String]) {
+    let (docs, _) = within(c.query(&needs(f, g)))
+        .await
+        .unwrap_or_else(|e| panic!("relay {label} plans with the new index: {e}"));
+    assert_eq!(names(&docs), want, "relay {label}'s result");
+}
+
 fn check_clean(url: &str, when: &str) {
     let (ok, out) = check_store(&["--postgres".into(), url.to_owned()]);
     assert!(ok, "check {when}:\n{out}");
@@ -72,20 +92,10 @@ async fn an_index_created_on_one_relay_is_maintained_and_used_by_another() {
     within_for(Duration::from_secs(120), ca.query(&needs("a", "b")))
         .await
         .expect("the index is created");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let end = writes.await.unwrap();
-    assert!(
-        end > n + 20,
-        "relay B wrote only {} documents meanwhile",
-        end - n
-    );
+    let end = finish(&stop, writes, n).await;
     let want = expected("a", "b", end, 0);
     for (label, c) in [("A", &ca), ("B", &cb)] {
-        let (docs, _) = within(c.query(&needs("a", "b")))
-            .await
-            .unwrap_or_else(|e| panic!("relay {label} plans with the new index: {e}"));
-        assert_eq!(names(&docs), want, "relay {label}'s result");
+        assert_serves(label, c, ("a", "b"), &want).await;
     }
     check_clean(&url, "after the build");
 }
@@ -109,21 +119,11 @@ async fn an_index_file_changed_on_one_relay_reaches_the_others_while_they_write(
     let writes = writer(&b, n, stop.clone()).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let c = Relay::fresh(&["--postgres", &url, "--indexes", &v2]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let end = writes.await.unwrap();
-    assert!(
-        end > n + 20,
-        "relay B wrote only {} documents meanwhile",
-        end - n
-    );
+    let end = finish(&stop, writes, n).await;
     let cc = c.client(DB).await;
     let want = expected("c", "d", end, 0);
     for (label, client) in [("B", &cb), ("C", &cc)] {
-        let (docs, _) = within(client.query(&needs("c", "d")))
-            .await
-            .unwrap_or_else(|e| panic!("relay {label} plans with the new index: {e}"));
-        assert_eq!(names(&docs), want, "relay {label}'s result");
+        assert_serves(label, client, ("c", "d"), &want).await;
         let err = within(client.query(&needs("a", "b")))
             .await
             .expect_err("the dropped index serves no query");
