@@ -73,6 +73,11 @@ impl Database {
         self.catalog.read().expect("catalog lock").1.clone()
     }
 
+    /// The catalog generation of the index definitions it plans with.
+    pub(crate) fn catalog_generation(&self) -> u64 {
+        self.catalog.read().expect("catalog lock").0
+    }
+
     /// The index definitions to plan with at catalog generation `generation`: the ones
     /// held when it is theirs, else those `load` reads (from the caller's snapshot), which
     /// replace them unless a newer generation already did.

@@ -10,7 +10,8 @@
 //! from the last version handed on to the head, and the changed documents at the head,
 //! as one merged commit at the head's version. So every listener sees one gap-free
 //! sequence of snapshots, none with part of a batch, whichever relay wrote it.
-//! Notifications only cut latency: the poll alone keeps it correct.
+//! Notifications only cut latency: the poll alone keeps it correct. The poll also finds
+//! index definitions another relay changed, and loads them for new connections' `Welcome`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -97,11 +98,16 @@ fn run(relay: &Weak<Relay>, events: &Receiver<Event>, forward: &Forward, poll: D
         }
         if poll_now {
             next_poll = Instant::now() + poll;
-            match relay.store().databases() {
+            match relay.store().heads() {
                 Ok(heads) => {
-                    for (db, version) in heads {
+                    for (db, head) in heads {
                         if let Some(d) = relay.database_if_open(&db) {
-                            if version > *applied.entry(db.clone()).or_insert(d.opened_at()) {
+                            if head.catalog > d.catalog_generation() {
+                                if let Err(e) = refresh_catalog(&relay, &db) {
+                                    tracing::warn!(database = %db, error = %e, "reading changed index definitions failed");
+                                }
+                            }
+                            if head.version > *applied.entry(db.clone()).or_insert(d.opened_at()) {
                                 relay.metrics().poll_catch_up();
                                 dirty.insert(db);
                             }
@@ -118,6 +124,20 @@ fn run(relay: &Weak<Relay>, events: &Receiver<Event>, forward: &Forward, poll: D
             }
         }
     }
+}
+
+/// Takes database `db`'s index definitions as another relay left them (read at the
+/// generation of one snapshot), so that a new connection's `Welcome` names them before
+/// this relay's next read would load them.
+fn refresh_catalog(relay: &Relay, db: &str) -> Result<(), StoreError> {
+    let Some(d) = relay.database_if_open(db) else {
+        return Ok(());
+    };
+    let snap = relay.store().snapshot(db)?;
+    let view = snap.database(db);
+    let generation = view.head()?.catalog;
+    d.catalog_at(generation, || view.planned_catalog(generation))?;
+    Ok(())
 }
 
 /// This relay's own round: each database's commits that follow what was handed on go on

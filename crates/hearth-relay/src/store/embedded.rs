@@ -212,14 +212,26 @@ impl Backend for Embedded {
         Ok(())
     }
 
-    fn heads(&self, shard: usize) -> Result<Vec<(String, u64)>, StoreError> {
+    fn heads(&self, shard: usize) -> Result<Vec<(String, Head)>, StoreError> {
         let txn = self.shards[shard].begin_read()?;
         let meta = txn.open_table(META)?;
         let mut out = Vec::new();
         for row in meta.range("version/".."version0")? {
             let (k, v) = row?;
             let name = k.value()["version/".len()..].to_owned();
-            out.push((name, read_u64(v.value())));
+            let (version, micros) = decode_head(v.value());
+            let catalog = meta
+                .get(catalog_key(&name).as_str())?
+                .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
+                .map_or(0, u64::from_be_bytes);
+            out.push((
+                name,
+                Head {
+                    version,
+                    micros,
+                    catalog,
+                },
+            ));
         }
         Ok(out)
     }

@@ -212,17 +212,26 @@ impl Store {
 
     /// Every database with its last commit version.
     pub fn databases(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok((self.heads()?.into_iter())
+            .map(|(db, h)| (db, h.version))
+            .collect())
+    }
+
+    /// Every database with its head, by name.
+    pub fn heads(&self) -> Result<Vec<(String, txn::Head)>, StoreError> {
         let mut out = Vec::new();
         for i in 0..self.shard_count() {
-            out.extend(self.shard_databases(i)?);
+            out.extend(self.backend.heads(i)?);
         }
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
     /// Every database of shard `i` with its last commit version.
     pub fn shard_databases(&self, i: usize) -> Result<Vec<(String, u64)>, StoreError> {
-        self.backend.heads(i)
+        Ok((self.backend.heads(i)?.into_iter())
+            .map(|(db, h)| (db, h.version))
+            .collect())
     }
 
     /// The index file a database's entries were last built for, if any.

@@ -683,16 +683,19 @@ impl Backend for Postgres {
         }
     }
 
-    fn heads(&self, _shard: usize) -> Result<Vec<(String, u64)>, StoreError> {
+    fn heads(&self, _shard: usize) -> Result<Vec<(String, Head)>, StoreError> {
         let conn = self.shared.connection()?;
         self.shared.wait(async move {
             let rows = conn
-                .query("SELECT db, version FROM hearth_heads ORDER BY db", &[])
+                .query(
+                    "SELECT db, version, commit_micros, catalog FROM hearth_heads ORDER BY db",
+                    &[],
+                )
                 .await
                 .map_err(sql_err)?;
             Ok(rows
                 .into_iter()
-                .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+                .map(|r| (r.get::<_, String>(0), head_of(&r, 1)))
                 .collect())
         })?
     }

@@ -128,8 +128,8 @@ pub trait Backend: Send + Sync {
     /// Runs `work` in a write transaction of shard `shard` and commits what it wrote
     /// unless it fails; with `durable`, the commit is on disk before this returns.
     fn write(&self, shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError>;
-    /// Every database of shard `shard` with its last commit version.
-    fn heads(&self, shard: usize) -> Result<Vec<(String, u64)>, StoreError>;
+    /// Every database of shard `shard` with its head.
+    fn heads(&self, shard: usize) -> Result<Vec<(String, Head)>, StoreError>;
     /// What the backend is, for logs and `/healthz` (never a password).
     fn describe(&self) -> String;
     /// The backend's own metrics, in the Prometheus text format (none by default).

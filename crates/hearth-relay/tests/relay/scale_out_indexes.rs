@@ -93,6 +93,9 @@ async fn an_index_created_on_one_relay_is_maintained_and_used_by_another() {
         .await
         .expect("the index is created");
     let end = finish(&stop, writes, n).await;
+    // Relay B's poll found the new definitions: a client connecting to it is told of them.
+    let welcomed = b.client(DB).await.indexes();
+    assert_eq!(welcomed.indexes.len(), 1, "{welcomed:?}");
     let want = expected("a", "b", end, 0);
     for (label, c) in [("A", &ca), ("B", &cb)] {
         assert_serves(label, c, ("a", "b"), &want).await;
