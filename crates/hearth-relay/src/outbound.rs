@@ -137,6 +137,8 @@ struct Shared {
     overflow_signal: tokio::sync::watch::Sender<bool>,
     /// Fires once when a write to the socket fails.
     failed: tokio::sync::watch::Sender<bool>,
+    /// Fires once when the relay ends the connection ([`Outbound::end`]).
+    ended: tokio::sync::watch::Sender<bool>,
     /// The backlog bound (`--max-outbound-bytes`).
     max_bytes: usize,
     /// Whether anything was written since the heartbeat last looked.
@@ -181,6 +183,7 @@ impl Outbound {
                 overflowed: AtomicBool::new(false),
                 overflow_signal: tokio::sync::watch::channel(false).0,
                 failed: tokio::sync::watch::channel(false).0,
+                ended: tokio::sync::watch::channel(false).0,
                 max_bytes,
                 wrote: AtomicBool::new(false),
                 targets: AtomicUsize::new(0),
@@ -364,6 +367,21 @@ impl Outbound {
     /// Resolves when a write to the socket failed (the peer is gone).
     pub fn failed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut rx = self.shared.failed.subscribe();
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    }
+
+    /// Sends `last` (the error saying why), then has the connection close as it does when
+    /// the client leaves: its reader stops, its writes are answered, its flusher closes.
+    pub fn end(&self, last: &ServerMessage) {
+        self.send_message(last);
+        self.shared.ended.send_replace(true);
+    }
+
+    /// Resolves when the relay ended the connection ([`Outbound::end`]).
+    pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.shared.ended.subscribe();
         async move {
             let _ = rx.wait_for(|v| *v).await;
         }

@@ -492,8 +492,8 @@ impl Connection {
         };
         let overflow = out.overflow();
         tokio::pin!(overflow);
-        let failed = out.failed();
-        tokio::pin!(failed);
+        let (failed, ending) = (out.failed(), out.ended());
+        tokio::pin!(failed, ending);
         // Whether the client closed (the reader answered its Close already).
         let mut peer_closed = false;
         // Why the connection ends, for the log.
@@ -503,6 +503,10 @@ impl Connection {
                 _ = &mut overflow => break,
                 _ = &mut failed => {
                     ended = "the socket refused a write";
+                    break;
+                }
+                _ = &mut ending => {
+                    ended = "the relay ended it";
                     break;
                 }
                 msg = stream.next() => {

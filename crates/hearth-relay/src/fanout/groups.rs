@@ -184,7 +184,8 @@ impl Inner {
     }
 
     /// Ends every connection with a target here: each gets a connection-level error `code`
-    /// saying `message` and is closed (its client reconnects and resumes); its targets go.
+    /// saying `message` and then closes (its client reconnects and resumes); its targets
+    /// go.
     /// Returns how many targets there were.
     pub(super) fn end_connections(&mut self, code: ErrorCode, message: &str) -> usize {
         let conns: Vec<u64> = self.by_conn.keys().copied().collect();
@@ -201,13 +202,12 @@ impl Inner {
             }
             self.pending.retain(|(o, _, _)| o.conn() != conn);
             if let Some(out) = out {
-                out.send_message(&ServerMessage::Error {
+                out.end(&ServerMessage::Error {
                     request_id: 0,
                     target_id: 0,
                     code,
                     message: message.to_owned(),
                 });
-                out.close(false);
             }
             ended += targets.len();
         }
