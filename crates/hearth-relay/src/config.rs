@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use hearth_core::index::config::IndexFile;
 
+use crate::store::PgTls;
+
 /// Everything the relay is configured with. The fields are public settings: the binary
 /// fills them from its flags, and the relay reads them, unchanged, for its whole life.
 #[derive(Clone, Debug)]
@@ -77,12 +79,9 @@ pub struct Config {
     pub postgres_url: Option<String>,
     /// Most pooled PostgreSQL connections.
     pub postgres_pool: usize,
-    /// PEM file of the certificate authorities that may sign the PostgreSQL server's
-    /// certificate (`--postgres-ca`): with it, connections use TLS; without, they do not.
-    pub postgres_ca: Option<PathBuf>,
-    /// PEM files of the relay's client certificate and its key (`--postgres-cert`,
-    /// `--postgres-key`), for a server that authenticates clients by certificate.
-    pub postgres_client_cert: Option<(PathBuf, PathBuf)>,
+    /// TLS to PostgreSQL (`--postgres-ca`, and the client certificate of `--postgres-cert`
+    /// and `--postgres-key`): with an authority, connections use TLS; without, they do not.
+    pub postgres_tls: PgTls,
     /// How often the heads of a shared store are polled for other relays' commits (the
     /// longest a lost notification delays a change).
     pub postgres_poll: Duration,
@@ -122,8 +121,7 @@ impl Config {
             explain_denials: true,
             postgres_url: None,
             postgres_pool: 16,
-            postgres_ca: None,
-            postgres_client_cert: None,
+            postgres_tls: PgTls::default(),
             postgres_poll: Duration::from_millis(50),
             postgres_listen: true,
         }

@@ -12,6 +12,35 @@ use hearth_relay::auth::Authenticator;
 use hearth_relay::store::{valid_database_name, PgTls, Store};
 use hearth_relay::{run, Config, Relay};
 
+/// TLS to PostgreSQL, for `serve` and `check`.
+#[derive(clap::Args)]
+struct PgTlsArgs {
+    /// PEM file of the certificate authorities that sign the PostgreSQL server's
+    /// certificate: connections then use TLS, and the server's certificate must be signed by
+    /// one of them and name the host in the URL (add `sslmode=require` to the URL to refuse
+    /// a server without TLS). Without it, connections do not use TLS.
+    #[arg(long, env = "HEARTH_POSTGRES_CA")]
+    postgres_ca: Option<PathBuf>,
+    /// PEM file of the relay's client certificate (its chain), presented to a PostgreSQL
+    /// server that authenticates clients by certificate (`hostssl ... cert` in
+    /// `pg_hba.conf`); needs --postgres-key and --postgres-ca.
+    #[arg(long, env = "HEARTH_POSTGRES_CERT", requires = "postgres_key")]
+    postgres_cert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "HEARTH_POSTGRES_KEY", requires = "postgres_cert")]
+    postgres_key: Option<PathBuf>,
+}
+
+impl PgTlsArgs {
+    /// The files as the store takes them.
+    fn tls(&self) -> PgTls {
+        PgTls {
+            ca: self.postgres_ca.clone(),
+            client: self.postgres_cert.clone().zip(self.postgres_key.clone()),
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "hearth-relay",
@@ -36,15 +65,8 @@ enum Command {
         /// be running on it; each database is checked in one consistent read).
         #[arg(long, env = "HEARTH_POSTGRES_URL")]
         postgres: Option<String>,
-        /// PEM file of the certificate authorities of the PostgreSQL server (TLS).
-        #[arg(long, env = "HEARTH_POSTGRES_CA")]
-        postgres_ca: Option<PathBuf>,
-        /// PEM file of a client certificate for the PostgreSQL server (with --postgres-key).
-        #[arg(long, env = "HEARTH_POSTGRES_CERT", requires = "postgres_key")]
-        postgres_cert: Option<PathBuf>,
-        /// PEM file of the client certificate's private key.
-        #[arg(long, env = "HEARTH_POSTGRES_KEY", requires = "postgres_cert")]
-        postgres_key: Option<PathBuf>,
+        #[command(flatten)]
+        tls: PgTlsArgs,
         /// Index definitions to check against (default: the ones each database was built with).
         #[arg(long, env = "HEARTH_INDEXES")]
         indexes: Option<PathBuf>,
@@ -128,20 +150,8 @@ struct ServeArgs {
     /// apart).
     #[arg(long, env = "HEARTH_POSTGRES_POOL", default_value_t = 16)]
     postgres_pool: usize,
-    /// PEM file of the certificate authorities that sign the PostgreSQL server's
-    /// certificate: connections then use TLS, and the server's certificate must be signed by
-    /// one of them and name the host in the URL (add `sslmode=require` to the URL to refuse
-    /// a server without TLS). Without it, connections do not use TLS.
-    #[arg(long, env = "HEARTH_POSTGRES_CA")]
-    postgres_ca: Option<PathBuf>,
-    /// PEM file of the relay's client certificate (its chain), presented to a PostgreSQL
-    /// server that authenticates clients by certificate (`hostssl ... cert` in
-    /// `pg_hba.conf`); needs --postgres-key and --postgres-ca.
-    #[arg(long, env = "HEARTH_POSTGRES_CERT", requires = "postgres_key")]
-    postgres_cert: Option<PathBuf>,
-    /// PEM file of the client certificate's private key (PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, env = "HEARTH_POSTGRES_KEY", requires = "postgres_cert")]
-    postgres_key: Option<PathBuf>,
+    #[command(flatten)]
+    postgres_tls: PgTlsArgs,
     /// How often, in milliseconds, the PostgreSQL store's heads are polled for other
     /// relays' commits: the longest a lost notification delays a change.
     #[arg(long, env = "HEARTH_POSTGRES_POLL_MS", default_value_t = 50)]
@@ -381,8 +391,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.explain_denials = args.explain_denials.unwrap_or(loopback);
     config.postgres_url = args.postgres.clone().filter(|u| !u.is_empty());
     config.postgres_pool = args.postgres_pool.max(2);
-    config.postgres_ca = args.postgres_ca.clone();
-    config.postgres_client_cert = args.postgres_cert.clone().zip(args.postgres_key.clone());
+    config.postgres_tls = args.postgres_tls.tls();
     config.postgres_poll = Duration::from_millis(args.postgres_poll_ms.max(1));
     config.postgres_listen = args.postgres_listen;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -442,17 +451,9 @@ fn main() -> anyhow::Result<()> {
         Command::Check {
             data,
             postgres,
-            postgres_ca,
-            postgres_cert,
-            postgres_key,
+            tls,
             indexes,
-        } => {
-            let tls = PgTls {
-                ca: postgres_ca,
-                client: postgres_cert.zip(postgres_key),
-            };
-            check(data, postgres, tls, indexes)
-        }
+        } => check(data, postgres, tls.tls(), indexes),
         Command::Rules(RulesCommand::Test { rules, cases }) => rules_test(&rules, &cases),
     }
 }

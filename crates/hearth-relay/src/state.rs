@@ -11,7 +11,7 @@ use crate::databases::{Database, DatabaseError, Databases};
 use crate::fanout_thread;
 use crate::metrics::Metrics;
 use crate::rules::{Access, Rules, SnapshotReader};
-use crate::store::{DatabaseView, PgTls, Store, StoreError};
+use crate::store::{DatabaseView, Store, StoreError};
 use crate::supervise::{panic_message, supervised};
 use hearth_core::document::Document;
 use hearth_core::index::def::IndexCatalog;
@@ -102,13 +102,7 @@ impl Relay {
             None => Rules::open(),
         };
         let store = Arc::new(match &config.postgres_url {
-            Some(url) => {
-                let tls = PgTls {
-                    ca: config.postgres_ca.clone(),
-                    client: config.postgres_client_cert.clone(),
-                };
-                Store::postgres(url, config.postgres_pool, &tls)?
-            }
+            Some(url) => Store::postgres(url, config.postgres_pool, &config.postgres_tls)?,
             None => Store::open_with(&config.data_dir, config.cache_bytes, config.store_shards)?,
         });
         tracing::info!(store = %store.describe(), "store open");
