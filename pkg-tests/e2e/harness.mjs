@@ -201,3 +201,40 @@ export function seedGroups(lines) {
   }
   return groups;
 }
+
+/** `startRelay`, also giving the relay's process id (`pid`) and `signal(name)` to send it a
+ *  signal (`SIGHUP` reloads its rules), and `exited`, its exit as a promise. */
+export async function startRelayProcess(extraArgs = []) {
+  const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
+  if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build -p hearth-relay --bin hearth-relay`);
+  const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
+  const proc = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', data,
+    '--indexes', join(root, 'pkg-tests/e2e/indexes.json'), '--heartbeat-ms', '500', ...extraArgs],
+  { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: 'warn' } });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
+  const addr = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`relay did not start: ${stderr}`)), 20000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on (\S+)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`relay exited ${code}: ${stderr}`)); });
+  }).catch((e) => { rmSync(data, { recursive: true, force: true }); throw e; });
+  return {
+    url: `ws://${addr}`,
+    http: `http://${addr}`,
+    pid: proc.pid,
+    exited,
+    stderr: () => stderr,
+    signal: (name) => proc.kill(name),
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+      rmSync(data, { recursive: true, force: true });
+    },
+  };
+}

@@ -35,6 +35,10 @@ struct Keys {
     /// Each validation allows exactly its own algorithm and performs no time, audience or
     /// issuer checks: signature and shape only, the rest is done in [`Authenticator::verify`].
     verifiers: Vec<(Algorithm, DecodingKey, Validation)>,
+    /// The `aud` a client token must name (`--auth-audience`), if any.
+    audience: Option<String>,
+    /// The `iss` a client token must carry (`--auth-issuer`), if any.
+    issuer: Option<String>,
 }
 
 /// Who a verified token says the caller is; the `request.auth` of the security rules.
@@ -221,9 +225,30 @@ impl Authenticator {
             })
             .collect::<Result<_, AuthConfigError>>()?;
         Ok(Authenticator {
-            keys: Some(Arc::new(Keys { verifiers })),
+            keys: Some(Arc::new(Keys {
+                verifiers,
+                audience: None,
+                issuer: None,
+            })),
             service: None,
         })
+    }
+
+    /// Client tokens must also name `audience` in their `aud` claim (a string or an array)
+    /// and carry `issuer` as their `iss`, each when given: an identity provider's tokens
+    /// for other applications are then refused.
+    pub fn expecting(mut self, audience: Option<&str>, issuer: Option<&str>) -> Authenticator {
+        if let Some(keys) = self.keys.take() {
+            let mut keys = Arc::try_unwrap(keys).unwrap_or_else(|k| Keys {
+                verifiers: k.verifiers.clone(),
+                audience: k.audience.clone(),
+                issuer: k.issuer.clone(),
+            });
+            keys.audience = audience.map(str::to_owned);
+            keys.issuer = issuer.map(str::to_owned);
+            self.keys = Some(Arc::new(keys));
+        }
+        self
     }
 
     /// Whether tokens are verified at all.
@@ -266,7 +291,41 @@ impl Authenticator {
         let claims = jsonwebtoken::decode::<Value>(token, key, validation)
             .map_err(invalid)?
             .claims;
-        context_of(claims, now_unix)
+        let context = context_of(claims, now_unix)?;
+        keys.check_audience_and_issuer(&context.claims)?;
+        if context.uid.is_none() {
+            return Err(AuthError::Invalid(
+                "the token names no user: a client token needs a non-empty `sub`".into(),
+            ));
+        }
+        Ok(context)
+    }
+}
+
+impl Keys {
+    /// Refuses a client token whose `aud` does not name the expected audience or whose
+    /// `iss` is not the expected issuer.
+    fn check_audience_and_issuer(&self, claims: &Value) -> Result<(), AuthError> {
+        if let Some(aud) = &self.audience {
+            let named = match claims.get("aud") {
+                Some(Value::String(a)) => a == aud,
+                Some(Value::Array(all)) => all.iter().any(|a| a.as_str() == Some(aud)),
+                _ => false,
+            };
+            if !named {
+                return Err(AuthError::Invalid(
+                    "the token's `aud` does not name this relay's audience".into(),
+                ));
+            }
+        }
+        if let Some(iss) = &self.issuer {
+            if claims.get("iss").and_then(Value::as_str) != Some(iss.as_str()) {
+                return Err(AuthError::Invalid(
+                    "the token's `iss` is not this relay's issuer".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -498,7 +557,7 @@ HExc3XjxH3Y/+6XrwOwsrqItmkyH0l2co7X4l2T41G7Wvez2+tOOzDNt0A==
     }
 
     #[test]
-    fn uid_falls_back_to_user_id_and_may_be_absent() {
+    fn uid_falls_back_to_user_id_and_a_client_token_must_name_one() {
         let auth = Authenticator::hs256(SECRET);
         let ctx = auth
             .verify(
@@ -507,8 +566,9 @@ HExc3XjxH3Y/+6XrwOwsrqItmkyH0l2co7X4l2T41G7Wvez2+tOOzDNt0A==
             )
             .unwrap();
         assert_eq!(ctx.uid.as_deref(), Some("bob"));
-        let ctx = auth.verify(&mint(serde_json::json!({})), NOW).unwrap();
-        assert_eq!(ctx.uid, None);
+        // A token naming nobody would be `request.auth.uid == ""` to the rules.
+        let err = auth.verify(&mint(serde_json::json!({})), NOW).unwrap_err();
+        assert!(matches!(err, AuthError::Invalid(m) if m.contains("`sub`")));
         // A fractional exp counts from its whole second down.
         let token = mint(serde_json::json!({ "exp": NOW as f64 + 0.9 }));
         assert_eq!(
@@ -518,25 +578,56 @@ HExc3XjxH3Y/+6XrwOwsrqItmkyH0l2co7X4l2T41G7Wvez2+tOOzDNt0A==
     }
 
     #[test]
+    fn audience_and_issuer_are_checked_when_expected() {
+        let auth =
+            Authenticator::hs256(SECRET).expecting(Some("app-1"), Some("https://id.example"));
+        let verify = |claims: Value| auth.verify(&mint(claims), NOW);
+        let good = serde_json::json!({ "sub": "a", "aud": "app-1", "iss": "https://id.example" });
+        assert!(verify(good).is_ok());
+        let listed =
+            serde_json::json!({ "sub": "a", "aud": ["x", "app-1"], "iss": "https://id.example" });
+        assert!(verify(listed).is_ok());
+        for bad in [
+            serde_json::json!({ "sub": "a", "aud": "app-2", "iss": "https://id.example" }),
+            serde_json::json!({ "sub": "a", "iss": "https://id.example" }),
+            serde_json::json!({ "sub": "a", "aud": "app-1", "iss": "https://other.example" }),
+            serde_json::json!({ "sub": "a", "aud": "app-1" }),
+        ] {
+            assert!(
+                matches!(verify(bad.clone()), Err(AuthError::Invalid(_))),
+                "{bad}"
+            );
+        }
+        // Without expectations, neither is looked at.
+        let plain = Authenticator::hs256(SECRET);
+        assert!(plain
+            .verify(
+                &mint(serde_json::json!({ "sub": "a", "aud": "other" })),
+                NOW
+            )
+            .is_ok());
+    }
+
+    #[test]
     fn databases_claim_limits_what_a_token_opens() {
         let auth = Authenticator::hs256(SECRET);
         let ctx = |claims: Value| auth.verify(&mint(claims), NOW);
         let none = ctx(serde_json::json!({ "sub": "a" })).unwrap();
         assert_eq!(none.databases, None);
         assert!(none.may_open("anything"));
-        let list = ctx(serde_json::json!({ "databases": ["a", "c"] })).unwrap();
+        let list = ctx(serde_json::json!({ "sub": "a", "databases": ["a", "c"] })).unwrap();
         assert!(list.may_open("a") && list.may_open("c") && !list.may_open("b"));
         assert_eq!(
             list.database_denied("b").unwrap(),
             "this auth token may not open database `b`: its `databases` claim allows only [a, c]"
         );
         assert_eq!(list.database_denied("a"), None);
-        let one = ctx(serde_json::json!({ "databases": "a" })).unwrap();
+        let one = ctx(serde_json::json!({ "sub": "a", "databases": "a" })).unwrap();
         assert_eq!(one.databases, Some(vec!["a".to_owned()]));
         assert!(one.may_open("a") && !one.may_open("b"));
-        let any = ctx(serde_json::json!({ "databases": "*" })).unwrap();
+        let any = ctx(serde_json::json!({ "sub": "a", "databases": "*" })).unwrap();
         assert!(any.may_open("b"));
-        let nothing = ctx(serde_json::json!({ "databases": [] })).unwrap();
+        let nothing = ctx(serde_json::json!({ "sub": "a", "databases": [] })).unwrap();
         assert!(!nothing.may_open("a"));
         for bad in [
             serde_json::json!({ "databases": 7 }),

@@ -359,6 +359,47 @@ impl Committer {
     }
 }
 
+/// The security rules' decision on a batch, before anything about the stored documents is
+/// told: `get` on each document a transaction read (at its state now), then the writes as
+/// intended (preconditions taken to hold, `Mutation::apply_as_intended`), per document with
+/// the batch applied, all or nothing. `Some(refusal)` when the rules refuse.
+fn rules_first(
+    access: &crate::rules::Access,
+    db: &str,
+    req: &WriteRequest,
+    ctx: &ApplyContext,
+    read_doc: &dyn Fn(&DocumentName) -> Result<Option<Document>, StoreError>,
+) -> Result<Option<WriteError>, StoreError> {
+    let before = |name: &DocumentName| read_doc(name).map_err(|e| e.to_string());
+    let reader = crate::rules::FnReader(&before);
+    for (name, _) in &req.reads {
+        let doc = read_doc(name)?;
+        if let Err(denied) = access.check_get(db, name, doc.as_ref(), &reader) {
+            return Ok(Some(WriteError::new(ErrorCode::PermissionDenied, denied)));
+        }
+    }
+    let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+    for m in &req.mutations {
+        let pos = overlay.iter().position(|(n, _, _)| *n == m.name);
+        let base = match pos {
+            Some(i) => overlay[i].2.clone(),
+            None => read_doc(&m.name)?,
+        };
+        // A malformed write is refused by the checked apply that follows, with its error.
+        let Ok(new) = m.apply_as_intended(base.as_ref(), ctx) else {
+            return Ok(None);
+        };
+        match pos {
+            Some(i) => overlay[i].2 = new,
+            None => overlay.push((m.name.clone(), base, new)),
+        }
+    }
+    Ok(access
+        .check_writes(db, &overlay, &before, ctx.commit_time)
+        .err()
+        .map(|denied| WriteError::new(ErrorCode::PermissionDenied, denied)))
+}
+
 pub(crate) fn now_micros() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -478,6 +519,20 @@ fn apply_in(
                             }),
                     }
                 };
+            let version = state.version + 1;
+            let micros = now_micros().max(state.last_micros + 1);
+            let ctx = ApplyContext {
+                commit_version: version,
+                commit_time: Timestamp::from_micros(micros).unwrap_or_else(|_| {
+                    Timestamp::new(0, 0).expect("the epoch is a valid timestamp")
+                }),
+            };
+            // The security rules decide first: nothing about a stored document (whether
+            // it exists, its version, a conflict) is told to a caller they refuse.
+            let denied = match &req.access {
+                Some(access) => rules_first(access, db, req, &ctx, &|n| read_doc(&*w, n))?,
+                None => None,
+            };
             // Transaction reads must be unchanged.
             let mut conflict = None;
             for (name, seen) in &req.reads {
@@ -501,6 +556,10 @@ fn apply_in(
                 tracing::trace!(database = %db, client = %req.client_id, batch = req.batch_id, code = ?e.code, "refused");
                 Ok(e)
             };
+            if let Some(e) = denied {
+                results.push(Err(refuse(w, e)?));
+                continue;
+            }
             if let Some(name) = conflict {
                 results.push(Err(refuse(w, WriteError::new(
                     ErrorCode::Aborted,
@@ -508,14 +567,6 @@ fn apply_in(
                 ))?));
                 continue;
             }
-            let version = state.version + 1;
-            let micros = now_micros().max(state.last_micros + 1);
-            let ctx = ApplyContext {
-                commit_version: version,
-                commit_time: Timestamp::from_micros(micros).unwrap_or_else(|_| {
-                    Timestamp::new(0, 0).expect("the epoch is a valid timestamp")
-                }),
-            };
             // Apply the whole batch in memory first: it commits whole or not at all.
             let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
             // Where each document written so far is in `overlay`.
@@ -542,19 +593,16 @@ fn apply_in(
                 }
             }
             if let Some(e) = failed {
+                // Under rules, a precondition's failure does not quote the stored version.
+                let e = match (&req.access, e.code) {
+                    (Some(_), ErrorCode::FailedPrecondition) => WriteError::new(
+                        ErrorCode::FailedPrecondition,
+                        "a document of the batch does not have the update version its precondition requires",
+                    ),
+                    _ => e,
+                };
                 results.push(Err(refuse(w, e)?));
                 continue;
-            }
-            // The security rules, per document, with the batch applied: all or nothing.
-            if let Some(access) = &req.access {
-                let before = |name: &DocumentName| read_doc(&*w, name).map_err(|e| e.to_string());
-                if let Err(denied) = access.check_writes(db, &overlay, &before, ctx.commit_time) {
-                    results.push(Err(refuse(
-                        w,
-                        WriteError::new(ErrorCode::PermissionDenied, denied),
-                    )?));
-                    continue;
-                }
             }
             let mut encoded = Vec::with_capacity(overlay.len());
             for (_, _, new) in &overlay {

@@ -118,7 +118,7 @@ impl Config {
             max_databases: 1000,
             max_scan_rows: 10_000_000,
             rules_file: None,
-            explain_denials: true,
+            explain_denials: false,
             postgres_url: None,
             postgres_pool: 16,
             postgres_tls: PgTls::default(),

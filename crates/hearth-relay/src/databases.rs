@@ -189,6 +189,11 @@ impl Databases {
         self.held.lock().expect("databases lock")
     }
 
+    /// Every database the relay holds.
+    pub(crate) fn all(&self) -> Vec<Arc<Database>> {
+        self.lock().values().cloned().collect()
+    }
+
     /// The database `name` if the relay holds it.
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Database>> {
         self.lock().get(name).cloned()

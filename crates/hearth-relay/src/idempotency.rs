@@ -32,8 +32,15 @@ pub type BatchDigest = [u8; 32];
 const DIGEST_DOMAIN: &[u8] = b"hearth batch 1";
 
 /// The digest of a batch: its mutations in the wire encoding (each length-prefixed, in
-/// order) and its transaction reads (name, and the `update_version` read or none).
-pub fn batch_digest(mutations: &[Mutation], reads: &[(DocumentName, Option<u64>)]) -> BatchDigest {
+/// order), its transaction reads (name, and the `update_version` read or none), and under
+/// security rules the identity that wrote it (`writer`: the uid, or `None` for an anonymous
+/// caller), so a record answers only the identity that wrote it: another caller reusing a
+/// client id and batch id learns nothing of the first batch's outcome.
+pub fn batch_digest(
+    mutations: &[Mutation],
+    reads: &[(DocumentName, Option<u64>)],
+    writer: Option<Option<&str>>,
+) -> BatchDigest {
     let mut h = Sha256::new();
     h.update(DIGEST_DOMAIN);
     h.update((mutations.len() as u64).to_be_bytes());
@@ -55,6 +62,16 @@ pub fn batch_digest(mutations: &[Mutation], reads: &[(DocumentName, Option<u64>)
                 h.update([1]);
                 h.update(v.to_be_bytes());
             }
+        }
+    }
+    // Nothing for a relay without rules or a service token: their digests are as before.
+    match writer {
+        None => {}
+        Some(None) => h.update(b"\x00anonymous"),
+        Some(Some(uid)) => {
+            h.update(b"\x01");
+            h.update((uid.len() as u64).to_be_bytes());
+            h.update(uid.as_bytes());
         }
     }
     h.finalize().into()
@@ -156,8 +173,7 @@ impl BatchRecord {
             Some(d) if d != digest => Err(WriteError::new(
                 ErrorCode::FailedPrecondition,
                 format!(
-                    "batch id {batch_id} of client `{client_id}` was already used by a different batch (committed at version {}): nothing of this batch was applied; give every batch its own id",
-                    self.version
+                    "batch id {batch_id} of client `{client_id}` was already used by a different batch (or another caller): nothing of this batch was applied; give every batch its own id"
                 ),
             )),
             _ => match &self.refused {
@@ -180,7 +196,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_old_records_still_load() {
-        let d = batch_digest(&[set("a/b", 1)], &[]);
+        let d = batch_digest(&[set("a/b", 1)], &[], None);
         for digest in [None, Some(d)] {
             let r = BatchRecord {
                 version: 7,
@@ -211,18 +227,24 @@ mod tests {
     #[test]
     fn only_the_same_batch_is_a_retry() {
         let name = DocumentName::parse("a/b").unwrap();
-        let base = batch_digest(&[set("a/b", 1)], &[]);
-        assert_eq!(base, batch_digest(&[set("a/b", 1)], &[]));
+        let base = batch_digest(&[set("a/b", 1)], &[], None);
+        assert_eq!(base, batch_digest(&[set("a/b", 1)], &[], None));
         let others = [
-            batch_digest(&[set("a/b", 2)], &[]),
-            batch_digest(&[set("a/c", 1)], &[]),
-            batch_digest(&[set("a/b", 1), set("a/b", 1)], &[]),
-            batch_digest(&[set("a/b", 1)], &[(name.clone(), None)]),
-            batch_digest(&[set("a/b", 1)], &[(name, Some(0))]),
-            batch_digest(&[], &[]),
+            batch_digest(&[set("a/b", 2)], &[], None),
+            batch_digest(&[set("a/c", 1)], &[], None),
+            batch_digest(&[set("a/b", 1), set("a/b", 1)], &[], None),
+            batch_digest(&[set("a/b", 1)], &[(name.clone(), None)], None),
+            batch_digest(&[set("a/b", 1)], &[(name, Some(0))], None),
+            batch_digest(&[], &[], None),
+            batch_digest(&[set("a/b", 1)], &[], Some(None)),
+            batch_digest(&[set("a/b", 1)], &[], Some(Some("alice"))),
+            batch_digest(&[set("a/b", 1)], &[], Some(Some("bob"))),
         ];
         for (i, o) in others.iter().enumerate() {
             assert_ne!(&base, o, "{i}");
+            for (j, p) in others.iter().enumerate().skip(i + 1) {
+                assert_ne!(o, p, "{i} {j}");
+            }
         }
         let r = BatchRecord {
             version: 5,

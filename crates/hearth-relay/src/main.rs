@@ -135,10 +135,11 @@ struct ServeArgs {
     /// Serve without security rules on an address other than loopback.
     #[arg(long, env = "HEARTH_INSECURE_OPEN")]
     insecure_open: bool,
-    /// Whether a denied operation's error names the rule that decided, and for a query
-    /// refused because rules are not filters, the constraint that would make it provable.
-    /// By default: on when the relay listens on loopback (development), off otherwise.
-    #[arg(long, env = "HEARTH_EXPLAIN_DENIALS")]
+    /// A denied operation's error names the rule that decided, and for a query refused
+    /// because rules are not filters, the constraint that would make it provable. Off unless
+    /// asked for (`--explain-denials`, or `--explain-denials true`): it tells callers about
+    /// the rules, so keep it to development.
+    #[arg(long, env = "HEARTH_EXPLAIN_DENIALS", num_args = 0..=1, default_missing_value = "true")]
     explain_denials: Option<bool>,
     /// Keep the state in this PostgreSQL database instead of `--data` (a `postgresql://`
     /// URL or `key=value` settings): several relays started with the same URL serve the
@@ -166,6 +167,15 @@ struct ServeArgs {
     /// PEM file of an ES256 public key that verifies client tokens.
     #[arg(long, env = "HEARTH_AUTH_ES256_KEY")]
     auth_es256_key: Option<PathBuf>,
+    /// The audience client tokens must name in their `aud` claim (your identity provider's
+    /// id for this application). Required with an RS256 or ES256 key: a provider signs
+    /// tokens for every application it serves.
+    #[arg(long, env = "HEARTH_AUTH_AUDIENCE")]
+    auth_audience: Option<String>,
+    /// The issuer client tokens must carry as their `iss` claim. Required with an RS256 or
+    /// ES256 key.
+    #[arg(long, env = "HEARTH_AUTH_ISSUER")]
+    auth_issuer: Option<String>,
     /// Heartbeat interval on idle connections, in milliseconds.
     #[arg(long, env = "HEARTH_HEARTBEAT_MS", default_value_t = 5000)]
     heartbeat_ms: u64,
@@ -322,11 +332,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("no auth keys configured: client tokens are not verified");
         Authenticator::disabled()
     } else {
+        if (rs.is_some() || es.is_some())
+            && (args.auth_audience.is_none() || args.auth_issuer.is_none())
+        {
+            anyhow::bail!(
+                "--auth-rs256-key and --auth-es256-key need --auth-audience and --auth-issuer: \
+                 without them a token your identity provider signed for another application \
+                 would be accepted"
+            );
+        }
         Authenticator::from_keys(
             args.auth_secret.as_deref().map(str::as_bytes),
             rs.as_deref(),
             es.as_deref(),
         )?
+        .expecting(args.auth_audience.as_deref(), args.auth_issuer.as_deref())
     };
     let auth = match args.service_secret.as_deref() {
         Some(secret) => {
@@ -388,7 +408,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_databases = args.max_databases;
     config.max_scan_rows = args.max_scan_rows.max(1);
     config.rules_file = args.rules.clone();
-    config.explain_denials = args.explain_denials.unwrap_or(loopback);
+    config.explain_denials = args.explain_denials.unwrap_or(false);
     config.postgres_url = args.postgres.clone().filter(|u| !u.is_empty());
     config.postgres_pool = args.postgres_pool.max(2);
     config.postgres_tls = args.postgres_tls.tls();
@@ -485,6 +505,9 @@ fn rules_test(rules: &std::path::Path, cases: &std::path::Path) -> anyhow::Resul
                     if let Some(text) = (*l as usize).checked_sub(1).and_then(|i| lines.get(i)) {
                         println!("      line {l}: {}", text.trim());
                     }
+                }
+                for e in &d.errors {
+                    println!("      error: {e}");
                 }
             }
             Err(e) => {

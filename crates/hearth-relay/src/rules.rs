@@ -125,22 +125,28 @@ impl Rules {
         Ok(())
     }
 
-    /// Reloads the rules if the file changed since it was last read, logging the outcome.
-    pub fn reload_if_changed(&self) {
-        let Some(path) = &self.file else { return };
+    /// Reloads the rules if the file changed since it was last read, logging the outcome:
+    /// true if new rules are in force.
+    pub fn reload_if_changed(&self) -> bool {
+        let Some(path) = &self.file else {
+            return false;
+        };
         let now = file_stamp(path);
         let changed = self.stamp.lock().is_ok_and(|s| *s != now);
-        if changed {
-            self.reload_logged("the rules file changed");
-        }
+        changed && self.reload_logged("the rules file changed")
     }
 
-    /// Reloads the rules, logging the outcome; `why` says what asked for it.
-    pub fn reload_logged(&self, why: &str) {
+    /// Reloads the rules, logging the outcome; `why` says what asked for it. True if new
+    /// rules are in force.
+    pub fn reload_logged(&self, why: &str) -> bool {
         match self.reload() {
-            Ok(()) => tracing::info!(reason = why, "security rules reloaded"),
+            Ok(()) => {
+                tracing::info!(reason = why, "security rules reloaded");
+                true
+            }
             Err(e) => {
-                tracing::error!(reason = why, error = %e, "the rules file has errors: the rules in force stay")
+                tracing::error!(reason = why, error = %e, "the rules file has errors: the rules in force stay");
+                false
             }
         }
     }
@@ -272,8 +278,16 @@ impl Access {
     }
 
     /// Whether the caller may run `query` (a list: a query, an aggregation or a listen) on
-    /// database `db`: the rules must allow every document it could return.
+    /// database `db`: the rules must allow every document it could return. A document
+    /// listener's query (`Query::document_target`) reads one document: it is judged by the
+    /// `get` rule on that document as it is now, as Firestore judges a document listen.
     pub fn check_list(&self, db: &str, query: &Query, reader: &dyn Reader) -> Result<(), String> {
+        if let Some(name) = query.document_target() {
+            let doc = reader
+                .get(name)
+                .map_err(|_| format!("{DENIED} the rules could not read the store"))?;
+            return self.check_get(db, name, doc.as_ref(), reader);
+        }
         let decision = self
             .rules
             .check_list(db, query, self.auth.as_deref(), now(), reader);
@@ -364,6 +378,34 @@ impl ListenGuard {
     }
 }
 
+impl ListenGuard {
+    /// Proves the listen under this guard's access, at the store's latest snapshot.
+    fn prove(&self) -> Result<(), String> {
+        let Ok(snap) = self.store.snapshot(&self.db) else {
+            return Err(format!("{DENIED} the rules could not read the store"));
+        };
+        let view = snap.database(&self.db);
+        self.access
+            .check_list(&self.db, &self.query, &SnapshotReader { view: &view })
+    }
+
+    /// A document listen: whether the caller may still read its document as it is now. A
+    /// document that is gone is told to a caller who could read it (its deletion says
+    /// nothing more); one created again is judged anew.
+    fn prove_document(&self, name: &DocumentName) -> Result<(), String> {
+        let Ok(snap) = self.store.snapshot(&self.db) else {
+            return Err(format!("{DENIED} the rules could not read the store"));
+        };
+        let view = snap.database(&self.db);
+        let reader = SnapshotReader { view: &view };
+        match reader.get(name) {
+            Ok(None) => Ok(()),
+            Ok(Some(doc)) => self.access.check_get(&self.db, name, Some(&doc), &reader),
+            Err(_) => Err(format!("{DENIED} the rules could not read the store")),
+        }
+    }
+}
+
 impl TargetGuard for ListenGuard {
     fn viewer(&self) -> &str {
         &self.viewer
@@ -381,17 +423,33 @@ impl TargetGuard for ListenGuard {
     }
 
     fn recheck(&self) -> Option<Result<(), String>> {
-        if !self.dynamic {
-            return None;
+        // A document listen is judged by `get` on the document, which each change can
+        // alter: proved again before every change goes out.
+        if let Some(name) = self.query.document_target() {
+            return Some(self.prove_document(name));
         }
-        let Ok(snap) = self.store.snapshot(&self.db) else {
-            return Some(Err(format!("{DENIED} the rules could not read the store")));
-        };
-        let view = snap.database(&self.db);
-        Some(
-            self.access
-                .check_list(&self.db, &self.query, &SnapshotReader { view: &view }),
-        )
+        self.dynamic.then(|| self.prove())
+    }
+
+    fn reproved(&self, rules: &Arc<Ruleset>) -> Result<Arc<dyn TargetGuard>, String> {
+        let mut access = self.access.clone();
+        access.rules = rules.clone();
+        let guard = ListenGuard::new(access, &self.db, self.store.clone(), self.query.clone());
+        guard.prove()?;
+        Ok(Arc::new(guard))
+    }
+}
+
+/// Reads through a function (a write transaction's reads of the stored documents).
+pub struct FnReader<'a>(pub &'a dyn Fn(&DocumentName) -> Result<Option<Document>, String>);
+
+impl Reader for FnReader<'_> {
+    fn get(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        (self.0)(name)
+    }
+
+    fn get_after(&self, name: &DocumentName) -> Result<Option<Document>, String> {
+        self.get(name)
     }
 }
 

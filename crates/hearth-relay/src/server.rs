@@ -152,6 +152,15 @@ pub async fn run(
 
 /// Reloads the security rules on `SIGHUP` and when their file changes (looked at every
 /// second), off the runtime's workers; nothing to do for an open relay.
+/// After a reload: every listen proved again under the new rules, those ended logged.
+fn reprove_logged(relay: &Relay) {
+    let ended = relay.reprove_listens();
+    tracing::info!(
+        ended,
+        "listens proved again under the reloaded rules; those no longer allowed ended"
+    );
+}
+
 async fn reload_rules(relay: Arc<Relay>) {
     if !relay.rules().enabled() {
         return;
@@ -172,10 +181,18 @@ async fn reload_rules(relay: Arc<Relay>) {
         let r = relay.clone();
         tokio::select! {
             _ = tick.tick() => {
-                let _ = tokio::task::spawn_blocking(move || r.rules().reload_if_changed()).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    if r.rules().reload_if_changed() {
+                        reprove_logged(&r);
+                    }
+                }).await;
             }
             Some(()) = signalled => {
-                let _ = tokio::task::spawn_blocking(move || r.rules().reload_logged("SIGHUP")).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    if r.rules().reload_logged("SIGHUP") {
+                        reprove_logged(&r);
+                    }
+                }).await;
             }
         }
     }

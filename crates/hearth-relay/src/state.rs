@@ -14,9 +14,10 @@ use crate::rules::{Access, Rules, SnapshotReader};
 use crate::store::{DatabaseView, Store, StoreError};
 use crate::supervise::{panic_message, supervised};
 use hearth_core::document::Document;
+use hearth_core::error::ErrorCode;
 use hearth_core::index::def::IndexCatalog;
 use hearth_core::kv::block_on_ready;
-use hearth_core::protocol::MAX_FRAME_BYTES;
+use hearth_core::protocol::{ServerMessage, MAX_FRAME_BYTES};
 use hearth_core::query::execute::{run_aggregation, run_query, run_query_within};
 use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::query::validate::QueryError;
@@ -208,6 +209,40 @@ impl Relay {
         access
             .check_list(db.name(), q, &SnapshotReader { view: &view })
             .map_err(QueryError::PermissionDenied)
+    }
+
+    /// After the rules changed: proves every listen under rules again with the rules now
+    /// in force (each with its caller's identity), ending with `permission-denied` those
+    /// they no longer allow; the others decide with the new rules from now on. Returns the
+    /// number of listens ended.
+    pub fn reprove_listens(&self) -> usize {
+        let Some(rules) = self.rules.current() else {
+            return 0;
+        };
+        let mut ended = 0;
+        for db in self.databases.all() {
+            let fanout = db.fanout();
+            for (target_id, out, guard) in fanout.guarded() {
+                match guard.reproved(&rules) {
+                    Ok(renewed) => {
+                        fanout.set_guard(out.conn(), target_id, Some(renewed));
+                    }
+                    Err(denial) => {
+                        if fanout.unlisten(out.conn(), target_id) {
+                            ended += 1;
+                            self.metrics.listen_stopped(db.name());
+                            out.send_message(&ServerMessage::Error {
+                                request_id: 0,
+                                target_id,
+                                code: ErrorCode::PermissionDenied,
+                                message: denial,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        ended
     }
 
     /// The process's metrics.

@@ -12,11 +12,12 @@ pub struct Pos {
 /// One segment of a `match` path.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Segment {
-    /// A literal segment (`users`).
+    /// A literal segment as written (`users`, `user-profiles`, `007`).
     Literal(String),
     /// `{name}`: any one segment, bound to `name`.
     Var(String),
-    /// `{name=**}`: zero or more segments (rules version 2), bound to `name` as a path.
+    /// `{name=**}`: the rest of the path, bound to `name` as a path: zero or more segments in
+    /// rules version 2, one or more in version 1 (`parser::File::version`).
     Rest(String),
 }
 

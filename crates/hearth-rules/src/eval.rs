@@ -14,9 +14,16 @@ use crate::ast::{Expr, Function, PathPart};
 use crate::time;
 use crate::Reader;
 
-/// The key marking a map the list proof knows only in part (a document's data): a key it
-/// lacks is unknown, not missing.
-pub const PARTIAL: &str = "\u{0}partial";
+/// A map the list proof knows only in part (a document's data, or a map inside it that a
+/// filter on one of its fields reaches): a key it lacks is unknown, not missing, and a key
+/// it holds is known to be present. Its own variant, so no stored map can pass for one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Partial {
+    /// The keys the query fixes or bounds, with what is known of their values.
+    pub known: BTreeMap<String, Val>,
+    /// The map's path in the document (empty: the document's data), for explanations.
+    pub path: Vec<String>,
+}
 
 /// Most evaluation steps for one request.
 const MAX_STEPS: u64 = 100_000;
@@ -60,12 +67,27 @@ pub enum Val {
     Unknown,
     /// A field the list proof knows a range of (a query's range or `!=` filter).
     Range(Box<crate::proof::Bounds>),
+    /// A map the list proof knows in part.
+    Partial(Box<Partial>),
 }
 
 impl Val {
     /// Whether the list proof does not know this value exactly.
     pub fn is_unknown(&self) -> bool {
         matches!(self, Val::Unknown | Val::Range(_))
+    }
+
+    /// Whether the list proof does not know all of this value: it is unknown, or a map
+    /// known in part, or a list, set or map holding such a value at any depth. Anything
+    /// computed from an uncertain value is unknown, but for the few operations that look
+    /// only at what is known (a present key of a partial map).
+    pub fn is_uncertain(&self) -> bool {
+        match self {
+            Val::Unknown | Val::Range(_) | Val::Partial(_) => true,
+            Val::List(items) | Val::Set(items) => items.iter().any(Val::is_uncertain),
+            Val::Map(m) => m.values().any(Val::is_uncertain),
+            _ => false,
+        }
     }
 }
 
@@ -129,6 +151,8 @@ pub struct Env<'a> {
     pub database: &'a str,
     /// Documents the rules may still read.
     pub reads_left: usize,
+    /// Documents read so far: reading one again does not count against the limit.
+    pub read: Vec<DocumentName>,
     /// Steps left.
     pub steps: u64,
     /// Current call depth.
@@ -154,6 +178,7 @@ impl<'a> Env<'a> {
             reader,
             database,
             reads_left: reads,
+            read: Vec::new(),
             steps: MAX_STEPS,
             depth: 0,
             nesting: 0,
@@ -311,6 +336,7 @@ impl<'a> Env<'a> {
             Expr::Ident(n, _) => self.var(n),
             Expr::Member(target, name, _) => match self.lookup(target)? {
                 Val::Map(m) => m.get(name),
+                Val::Partial(p) => p.known.get(name),
                 _ => None,
             },
             _ => None,
@@ -405,10 +431,13 @@ impl<'a> Env<'a> {
         };
         let name =
             DocumentName::from_segments(rest.to_vec()).map_err(|e| format!("{which}(): {e}"))?;
-        self.reads_left = self
-            .reads_left
-            .checked_sub(1)
-            .ok_or_else(|| format!("the rules read more documents than allowed ({which})"))?;
+        if !self.read.contains(&name) {
+            self.reads_left = self
+                .reads_left
+                .checked_sub(1)
+                .ok_or_else(|| format!("the rules read more documents than allowed ({which})"))?;
+            self.read.push(name.clone());
+        }
         let doc = if which.ends_with("After") {
             self.reader.get_after(&name)?
         } else {
@@ -438,13 +467,10 @@ fn logic(a: R, b: R, or: bool) -> R {
     }
 }
 
-/// Field `name` of a partial document map (the list proof's): a value the query does not
-/// fix, named by its path for the denial's explanation.
-fn unfixed(m: &BTreeMap<String, Val>, name: &str) -> Val {
-    let mut field = match m.get(PARTIAL) {
-        Some(Val::Path(prefix)) => prefix.clone(),
-        _ => return Val::Unknown,
-    };
+/// Field `name` of a partial map (the list proof's) that it does not hold: a value the
+/// query does not fix, and may be missing, named by its path for the denial's explanation.
+fn unfixed(p: &Partial, name: &str) -> Val {
+    let mut field = p.path.clone();
     field.push(name.to_owned());
     Val::Range(Box::new(crate::proof::Bounds {
         field,
@@ -472,7 +498,7 @@ fn deeper(r: crate::proof::Bounds, name: &str) -> Val {
 
 fn member(t: Val, name: &str) -> R {
     match t {
-        Val::Map(m) if m.contains_key(PARTIAL) && !m.contains_key(name) => Ok(unfixed(&m, name)),
+        Val::Partial(mut p) => Ok(p.known.remove(name).unwrap_or_else(|| unfixed(&p, name))),
         Val::Map(mut m) => m
             .remove(name)
             .ok_or_else(|| format!("the map has no key `{name}`")),
@@ -487,10 +513,10 @@ fn member(t: Val, name: &str) -> R {
 fn index(t: Val, i: Val) -> R {
     match (t, i) {
         (Val::Range(r), Val::Str(k)) => Ok(deeper(*r, &k)),
-        (t, i) if t.is_unknown() || i.is_unknown() => Ok(Val::Unknown),
-        (Val::Map(m), Val::Str(k)) if m.contains_key(PARTIAL) && !m.contains_key(&k) => {
-            Ok(unfixed(&m, &k))
+        (Val::Partial(mut p), Val::Str(k)) => {
+            Ok(p.known.remove(&k).unwrap_or_else(|| unfixed(&p, &k)))
         }
+        (t, i) if t.is_unknown() || i.is_uncertain() => Ok(Val::Unknown),
         (Val::Map(mut m), Val::Str(k)) => m.remove(&k).ok_or_else(|| format!("no key `{k}`")),
         (Val::List(l), Val::Int(i)) => usize::try_from(i)
             .ok()
@@ -537,7 +563,7 @@ pub fn type_name(v: &Val) -> &'static str {
         Val::Str(_) => "string",
         Val::Bytes(_) => "bytes",
         Val::List(_) => "list",
-        Val::Map(_) => "map",
+        Val::Map(_) | Val::Partial(_) => "map",
         Val::Set(_) => "set",
         Val::Path(_) => "path",
         Val::Timestamp(_) => "timestamp",
@@ -552,10 +578,13 @@ fn is_type(v: &Val, ty: &str) -> bool {
     name == ty || (ty == "number" && matches!(v, Val::Int(_) | Val::Float(_)))
 }
 
-/// Equality as the rules see it: ints and floats compare by value.
+/// Equality as the rules see it: ints and floats compare by value, and NaN equals NaN, as
+/// in the query engine (`SEMANTICS.md`), so that a proof from a query's filters and a rule's
+/// comparison agree on every document.
 pub fn equal(a: &Val, b: &Val) -> bool {
     match (a, b) {
-        (Val::Int(x), Val::Float(y)) | (Val::Float(y), Val::Int(x)) => (*x as f64) == *y,
+        (Val::Int(x), Val::Float(y)) | (Val::Float(y), Val::Int(x)) => number_eq(*x, *y),
+        (Val::Float(x), Val::Float(y)) => x == y || (x.is_nan() && y.is_nan()),
         (Val::List(x), Val::List(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| equal(a, b))
         }
@@ -569,42 +598,86 @@ pub fn equal(a: &Val, b: &Val) -> bool {
     }
 }
 
-/// How two values order, or why they do not.
-pub fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
+/// Whether int `x` and float `y` are the same number, exactly (no rounding of large ints).
+fn number_eq(x: i64, y: f64) -> bool {
+    number_cmp(x, y) == std::cmp::Ordering::Equal
+}
+
+/// How int `x` orders against float `y`, exactly; NaN sorts before every number.
+fn number_cmp(x: i64, y: f64) -> std::cmp::Ordering {
     use std::cmp::Ordering;
-    let num = |v: &Val| match v {
-        Val::Int(i) => Some(*i as f64),
-        Val::Float(f) => Some(*f),
-        _ => None,
-    };
+    if y.is_nan() {
+        return Ordering::Greater;
+    }
+    // Every int64 is within (-2^63 - 1, 2^63): compare with the float's range first, then
+    // as ints, then the fraction.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if y >= TWO_63 {
+        return Ordering::Less;
+    }
+    if y < -TWO_63 {
+        return Ordering::Greater;
+    }
+    let whole = y.trunc() as i64;
+    x.cmp(&whole).then_with(|| {
+        let frac = y - y.trunc();
+        if frac > 0.0 {
+            Ordering::Less
+        } else if frac < 0.0 {
+            Ordering::Greater
+        } else {
+            Ordering::Equal
+        }
+    })
+}
+
+/// How two floats order, NaN first and equal to itself (the query engine's order).
+fn float_cmp(x: f64, y: f64) -> std::cmp::Ordering {
+    match (x.is_nan(), y.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        _ => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
+    }
+}
+
+/// How two values order, or why they do not. Numbers order as the query engine orders them
+/// (exactly across ints and floats, NaN first), so a proof from a range filter holds for
+/// every document the filter matches.
+pub fn order(a: &Val, b: &Val) -> Result<std::cmp::Ordering, Error> {
     match (a, b) {
         (Val::Int(x), Val::Int(y)) => Ok(x.cmp(y)),
+        (Val::Int(x), Val::Float(y)) => Ok(number_cmp(*x, *y)),
+        (Val::Float(x), Val::Int(y)) => Ok(number_cmp(*y, *x).reverse()),
+        (Val::Float(x), Val::Float(y)) => Ok(float_cmp(*x, *y)),
         (Val::Str(x), Val::Str(y)) => Ok(x.cmp(y)),
         (Val::Timestamp(x), Val::Timestamp(y)) => Ok(x.cmp(y)),
         (Val::Duration(x), Val::Duration(y)) => Ok(x.cmp(y)),
-        _ => match (num(a), num(b)) {
-            (Some(x), Some(y)) => x
-                .partial_cmp(&y)
-                .ok_or_else(|| "NaN does not compare".into()),
-            _ => Err(format!(
-                "{} and {} do not compare",
-                type_name(a),
-                type_name(b)
-            )),
-        },
+        _ => Err(format!(
+            "{} and {} do not compare",
+            type_name(a),
+            type_name(b)
+        )),
     }
-    .map(|o: Ordering| o)
 }
 
 fn binary(op: &str, a: Val, b: Val) -> R {
     match (&a, &b) {
-        (Val::Range(r), c) if !c.is_unknown() => {
+        (Val::Range(r), c) if !c.is_uncertain() => {
             return Ok(r.compare(op, c, false)?.map_or(Val::Unknown, Val::Bool))
         }
-        (c, Val::Range(r)) if !c.is_unknown() => {
+        (c, Val::Range(r)) if !c.is_uncertain() => {
             return Ok(r.compare(op, c, true)?.map_or(Val::Unknown, Val::Bool))
         }
-        _ if a.is_unknown() || b.is_unknown() => return Ok(Val::Unknown),
+        // A key the partial map holds is present; one it lacks may or may not be.
+        (Val::Str(k), Val::Partial(p)) if op == "in" => {
+            return Ok(if p.known.contains_key(k) {
+                Val::Bool(true)
+            } else {
+                Val::Unknown
+            })
+        }
+        _ if a.is_uncertain() || b.is_uncertain() => return Ok(Val::Unknown),
         _ => {}
     }
     let size = |n: usize| {

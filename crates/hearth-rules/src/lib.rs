@@ -11,6 +11,7 @@ pub mod eval;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod lexer;
+mod list;
 pub mod methods;
 pub mod parser;
 pub mod proof;
@@ -20,8 +21,8 @@ use std::collections::BTreeMap;
 
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
-use hearth_core::query::model::{Filter, Operator, Query, Source};
-use hearth_core::value::{Map, Timestamp, Value};
+use hearth_core::query::model::Query;
+use hearth_core::value::{Map, Timestamp};
 
 use ast::{Allow, Function, Match, MethodSet, Segment};
 use eval::{from_value, full_path, resource, Env, Val};
@@ -31,9 +32,6 @@ use eval::{from_value, full_path, resource, Env, Val};
 pub const DOCUMENT_READS_SINGLE: usize = 10;
 /// Most documents the rules may read for a batch or transaction, as Firestore's limit.
 pub const DOCUMENT_READS_BATCH: usize = 20;
-
-/// Most combinations of `in` values a list proof tries.
-const MAX_COMBINATIONS: usize = 100;
 
 /// A parsed rules file, ready to decide.
 #[derive(Debug)]
@@ -177,11 +175,14 @@ pub struct Decision {
     pub rule_line: Option<u32>,
     /// For a denial: the lines of the `allow` statements that applied and did not hold.
     pub considered: Vec<u32>,
+    /// For a denial: the errors that made statements false, with their lines (for the
+    /// rules' author, `hearth-relay rules test`; never sent to a caller).
+    pub errors: Vec<String>,
 }
 
 /// A segment of the path being matched.
 #[derive(Clone, Debug, PartialEq)]
-enum Seg {
+pub(crate) enum Seg {
     /// A known segment.
     Known(String),
     /// A document id the proof does not know.
@@ -190,8 +191,9 @@ enum Seg {
     AnyPrefix,
 }
 
-/// Ways `pattern` matches a prefix of `segs`: (segments consumed, bindings).
-fn prefixes(pattern: &[Segment], segs: &[Seg]) -> Vec<(usize, Vec<(String, Val)>)> {
+/// Ways `pattern` matches a prefix of `segs`: (segments consumed, bindings). `v2`: rules
+/// version 2, where `{x=**}` takes zero or more segments (one or more in version 1).
+fn prefixes(pattern: &[Segment], segs: &[Seg], v2: bool) -> Vec<(usize, Vec<(String, Val)>)> {
     let Some((first, rest)) = pattern.split_first() else {
         return vec![(0, Vec::new())];
     };
@@ -200,7 +202,7 @@ fn prefixes(pattern: &[Segment], segs: &[Seg]) -> Vec<(usize, Vec<(String, Val)>
         Segment::Literal(l) => {
             if let Some(Seg::Known(k)) = segs.first() {
                 if k == l {
-                    for (n, b) in prefixes(rest, &segs[1..]) {
+                    for (n, b) in prefixes(rest, &segs[1..], v2) {
                         out.push((n + 1, b));
                     }
                 }
@@ -213,15 +215,15 @@ fn prefixes(pattern: &[Segment], segs: &[Seg]) -> Vec<(usize, Vec<(String, Val)>
                 _ => None,
             };
             if let Some(value) = value {
-                for (n, mut b) in prefixes(rest, &segs[1..]) {
+                for (n, mut b) in prefixes(rest, &segs[1..], v2) {
                     b.insert(0, (v.clone(), value.clone()));
                     out.push((n + 1, b));
                 }
             }
         }
         Segment::Rest(v) => {
-            // Zero or more segments (rules version 2).
-            for take in 0..=segs.len() {
+            // Zero or more segments (rules version 2), one or more (version 1).
+            for take in usize::from(!v2)..=segs.len() {
                 let taken = &segs[..take];
                 let value = if taken.iter().all(|s| matches!(s, Seg::Known(_))) {
                     Val::Path(
@@ -236,7 +238,7 @@ fn prefixes(pattern: &[Segment], segs: &[Seg]) -> Vec<(usize, Vec<(String, Val)>
                 } else {
                     Val::Unknown
                 };
-                for (n, mut b) in prefixes(rest, &segs[take..]) {
+                for (n, mut b) in prefixes(rest, &segs[take..], v2) {
                     b.insert(0, (v.clone(), value.clone()));
                     out.push((n + take, b));
                 }
@@ -251,16 +253,18 @@ fn prefixes(pattern: &[Segment], segs: &[Seg]) -> Vec<(usize, Vec<(String, Val)>
 type Applying<'a> = Vec<(&'a Allow, Vec<(String, Val)>, Vec<&'a Function>)>;
 
 fn applying<'a>(
-    blocks: &'a [Match],
+    (blocks, v2): (&'a [Match], bool),
     segs: &[Seg],
     bindings: &[(String, Val)],
     functions: &[&'a Function],
     out: &mut Applying<'a>,
 ) {
     for block in blocks {
-        for (n, b) in prefixes(&block.path, segs) {
+        for (n, b) in prefixes(&block.path, segs, v2) {
+            // A collection group's parents are taken only by a version 2 `{x=**}`: in
+            // version 1 recursive wildcards do not serve collection group queries.
             if segs[..n].contains(&Seg::AnyPrefix)
-                && !block.path.iter().any(|s| matches!(s, Segment::Rest(_)))
+                && !(v2 && block.path.iter().any(|s| matches!(s, Segment::Rest(_))))
             {
                 continue;
             }
@@ -273,13 +277,13 @@ fn applying<'a>(
                     out.push((allow, bound.clone(), fns.clone()));
                 }
             } else {
-                applying(&block.matches, &segs[n..], &bound, &fns, out);
+                applying((&block.matches, v2), &segs[n..], &bound, &fns, out);
             }
         }
     }
 }
 
-fn auth_val(auth: Option<&Auth>) -> Val {
+pub(crate) fn auth_val(auth: Option<&Auth>) -> Val {
     match auth {
         None => Val::Null,
         Some(a) => {
@@ -343,7 +347,7 @@ impl Ruleset {
     }
 
     /// Decides `req` by its statements: allowed if any applicable `allow` is true.
-    fn decide(
+    pub(crate) fn decide(
         &self,
         method: Method,
         segs: &[Seg],
@@ -353,7 +357,8 @@ impl Ruleset {
     ) -> Decision {
         let mut found = Vec::new();
         let top: Vec<&Function> = self.file.functions.iter().collect();
-        applying(&self.file.matches, segs, &[], &top, &mut found);
+        let v2 = self.file.version >= 2;
+        applying((&self.file.matches, v2), segs, &[], &top, &mut found);
         let mut errors = Vec::new();
         let mut unknown = None;
         let mut considered = Vec::new();
@@ -379,41 +384,59 @@ impl Ruleset {
                 Err(e) => errors.push(format!("{}:{}: {e}", self.name, allow.pos.line)),
             }
         }
-        let explanation = if considered.is_empty() {
-            format!("no rule allows {} on {path_text}", method.name())
-        } else if let Some((line, hints)) = unknown {
-            let mut fix: Vec<String> = Vec::new();
+        Decision {
+            allowed: false,
+            explanation: self.explain_denial(method, path_text, &considered, unknown),
+            rule_line: None,
+            considered,
+            errors,
+        }
+    }
+
+    /// Why nothing allowed: the statements that applied, or for a list the filters that
+    /// would prove it. Never the errors met nor values read (they may tell of documents the
+    /// caller may not read: a missing field, a value `get()` returned), so the text is the
+    /// same whatever the documents hold; filters are suggested only under rules that read
+    /// no other documents.
+    fn explain_denial(
+        &self,
+        method: Method,
+        path_text: &str,
+        considered: &[u32],
+        unknown: Option<(u32, Vec<proof::Hint>)>,
+    ) -> String {
+        let Some((line, hints)) = unknown else {
+            if considered.is_empty() {
+                return format!("no rule allows {} on {path_text}", method.name());
+            }
+            let lines: Vec<String> = considered.iter().map(u32::to_string).collect();
+            return format!(
+                "no rule allows {} on {path_text}: the allow statements at {} lines {} did not hold",
+                method.name(),
+                self.name,
+                lines.join(", ")
+            );
+        };
+        let mut fix: Vec<String> = Vec::new();
+        if !self.list_reads_beyond_documents() {
             for h in hints.iter().map(ToString::to_string) {
                 if !fix.contains(&h) {
                     fix.push(h);
                 }
             }
-            let fix = if fix.is_empty() {
-                "add filters that make it hold for every result".to_owned()
-            } else {
-                format!(
-                    "add filters that make it hold for every result, such as {}",
-                    fix.join(" or ")
-                )
-            };
-            format!(
-                "the rule at {}:{line} depends on fields of the documents that the query does not fix: {fix}",
-                self.name
-            )
-        } else if let Some(e) = errors.first() {
-            format!(
-                "no rule allows {} on {path_text} (error: {e})",
-                method.name()
-            )
-        } else {
-            format!("no rule allows {} on {path_text}", method.name())
-        };
-        Decision {
-            allowed: false,
-            explanation,
-            rule_line: None,
-            considered,
         }
+        let fix = if fix.is_empty() {
+            "add filters that make it hold for every result".to_owned()
+        } else {
+            format!(
+                "add filters that make it hold for every result, such as {}",
+                fix.join(" or ")
+            )
+        };
+        format!(
+            "the rule at {}:{line} depends on fields of the documents that the query does not fix: {fix}",
+            self.name
+        )
     }
 
     fn allowed(&self, allow: &Allow) -> Decision {
@@ -422,6 +445,7 @@ impl Ruleset {
             explanation: format!("allowed by {}:{}", self.name, allow.pos.line),
             rule_line: Some(allow.pos.line),
             considered: Vec::new(),
+            errors: Vec::new(),
         }
     }
 
@@ -434,8 +458,15 @@ impl Ruleset {
         request.insert("time".to_owned(), Val::Timestamp(req.time));
         request.insert("path".to_owned(), Val::Path(full.clone()));
         request.insert("method".to_owned(), Val::Str(req.method.name().to_owned()));
-        if let Some(new) = req.new_resource {
-            request.insert("resource".to_owned(), resource(req.database, new));
+        match req.new_resource {
+            Some(new) => {
+                request.insert("resource".to_owned(), resource(req.database, new));
+            }
+            // A delete has no new state: `request.resource` is null, as in Firestore.
+            None if req.method == Method::Delete => {
+                request.insert("resource".to_owned(), Val::Null);
+            }
+            None => {}
         }
         let vars = vec![
             ("request".to_owned(), Val::Map(request)),
@@ -455,9 +486,11 @@ impl Ruleset {
     }
 
     /// Rules are not filters: allowed only if the `list` rules allow every document `query`
-    /// could return: the fields its `==` and `in` filters fix are known, those its range,
-    /// `!=` and `not-in` filters bound are known to be in those bounds, and the rest of the
-    /// document is unknown.
+    /// could return, proved from the query's filters alone (the [`list`] module): the fields
+    /// its `==` and `in` filters fix are known, those its range, `!=`, `not-in`,
+    /// `array-contains` and `orderBy` clauses constrain are known to be present and
+    /// bounded, and the rest of the document is unknown; each conjunction of an `or` is
+    /// proved on its own.
     pub fn check_list(
         &self,
         database: &str,
@@ -466,131 +499,6 @@ impl Ruleset {
         time: Timestamp,
         reader: &dyn Reader,
     ) -> Decision {
-        let mut segs: Vec<Seg> = ["databases", database, "documents"]
-            .iter()
-            .map(|s| Seg::Known((*s).to_owned()))
-            .collect();
-        match &query.source {
-            Source::Collection(c) => segs.extend(c.segments().iter().cloned().map(Seg::Known)),
-            Source::CollectionGroup(g) => {
-                segs.push(Seg::AnyPrefix);
-                segs.push(Seg::Known(g.clone()));
-            }
-        }
-        segs.push(Seg::Unknown);
-        let path_text = format!("the documents of {:?}", query.source);
-        // The fields the filters fix, each with its possible values.
-        let mut fixed: Vec<(Vec<String>, Vec<Value>)> = Vec::new();
-        let mut ranges: BTreeMap<Vec<String>, proof::Bounds> = BTreeMap::new();
-        let mut top: Vec<&Filter> = Vec::new();
-        if let Some(f) = &query.filter {
-            top.push(f);
-        }
-        while let Some(f) = top.pop() {
-            match f {
-                Filter::And(all) => top.extend(all.iter()),
-                Filter::Field(ff) if ff.op == Operator::Equal => {
-                    fixed.push((ff.field.segments().to_vec(), vec![ff.value.clone()]))
-                }
-                Filter::Field(ff) if ff.op == Operator::In => {
-                    if let Value::Array(values) = &ff.value {
-                        fixed.push((ff.field.segments().to_vec(), values.clone()));
-                    }
-                }
-                Filter::Field(ff) => ranges
-                    .entry(ff.field.segments().to_vec())
-                    .or_default()
-                    .narrow(ff.op, from_value(&ff.value)),
-                Filter::Or(_) => {}
-            }
-        }
-        // A field both fixed and ranged is fixed.
-        ranges.retain(|field, _| !fixed.iter().any(|(f, _)| f == field));
-        let combinations = fixed
-            .iter()
-            .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len().max(1)))
-            .unwrap_or(usize::MAX);
-        if combinations > MAX_COMBINATIONS {
-            return Decision {
-                allowed: false,
-                explanation: format!(
-                    "the query's `in` filters give {combinations} combinations, more than the {MAX_COMBINATIONS} the rules check"
-                ),
-                rule_line: None,
-                considered: Vec::new(),
-            };
-        }
-        let mut query_map = BTreeMap::new();
-        query_map.insert("limit".to_owned(), query.limit.map_or(Val::Null, Val::Int));
-        query_map.insert("offset".to_owned(), Val::Int(query.offset as i64));
-        query_map.insert("orderBy".to_owned(), Val::Unknown);
-        let mut last = None;
-        for k in 0..combinations.max(1) {
-            // The `k`th combination of the fixed fields' values, as a partial document.
-            let mut data: BTreeMap<String, Val> = BTreeMap::new();
-            data.insert(eval::PARTIAL.to_owned(), Val::Path(Vec::new()));
-            let mut rest = k;
-            for (field, values) in &fixed {
-                let Some(v) = values.get(rest % values.len().max(1)) else {
-                    continue;
-                };
-                rest /= values.len().max(1);
-                set_path(&mut data, field, from_value(v));
-            }
-            for (field, bounds) in &ranges {
-                let mut bounds = bounds.clone();
-                bounds.field = field.clone();
-                set_path(&mut data, field, Val::Range(Box::new(bounds)));
-            }
-            let mut res = BTreeMap::new();
-            res.insert("data".to_owned(), Val::Map(data));
-            res.insert("id".to_owned(), Val::Unknown);
-            res.insert("__name__".to_owned(), Val::Unknown);
-            let mut request = BTreeMap::new();
-            request.insert("auth".to_owned(), auth_val(auth));
-            request.insert("time".to_owned(), Val::Timestamp(time));
-            request.insert("path".to_owned(), Val::Unknown);
-            request.insert("method".to_owned(), Val::Str("list".to_owned()));
-            request.insert("query".to_owned(), Val::Map(query_map.clone()));
-            let vars = vec![
-                ("request".to_owned(), Val::Map(request)),
-                ("resource".to_owned(), Val::Map(res)),
-            ];
-            let d = self.decide(
-                Method::List,
-                &segs,
-                &vars,
-                (database, reader, 10),
-                &path_text,
-            );
-            if !d.allowed {
-                return d;
-            }
-            last = Some(d);
-        }
-        last.unwrap_or(Decision {
-            allowed: false,
-            explanation: "nothing to decide".into(),
-            rule_line: None,
-            considered: Vec::new(),
-        })
-    }
-}
-
-/// Sets `data[path...] = v`, creating partial maps on the way (each knowing its own path).
-fn set_path(data: &mut BTreeMap<String, Val>, path: &[String], v: Val) {
-    let mut at = data;
-    for (i, segment) in path.iter().enumerate() {
-        if i + 1 == path.len() {
-            at.insert(segment.clone(), v);
-            return;
-        }
-        let entry = at.entry(segment.clone()).or_insert_with(|| {
-            let mut m = BTreeMap::new();
-            m.insert(eval::PARTIAL.to_owned(), Val::Path(path[..=i].to_vec()));
-            Val::Map(m)
-        });
-        let Val::Map(m) = entry else { return };
-        at = m;
+        self.prove_list(database, query, &list::Caller { auth, time }, reader)
     }
 }

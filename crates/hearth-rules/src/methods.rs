@@ -57,9 +57,15 @@ fn keys_set(m: &BTreeMap<String, Val>) -> Val {
 
 /// Method `name` of value `t` with `args`.
 pub fn method(t: Val, name: &str, args: Vec<Val>) -> R {
-    let partial = |v: &Val| matches!(v, Val::Map(m) if m.contains_key(crate::eval::PARTIAL));
-    if t.is_unknown() || args.iter().any(Val::is_unknown) || partial(&t) || args.iter().any(partial)
-    {
+    if let (Val::Partial(p), "get", [Val::Str(key), default]) = (&t, name, args.as_slice()) {
+        // A key the partial map holds is present: its value, whatever the default.
+        if !default.is_uncertain() {
+            if let Some(v) = p.known.get(key) {
+                return Ok(v.clone());
+            }
+        }
+    }
+    if t.is_uncertain() || args.iter().any(Val::is_uncertain) {
         return Ok(Val::Unknown);
     }
     let arity = |n: usize| {
@@ -290,7 +296,7 @@ fn hex(b: &[u8]) -> String {
 
 /// `ns.name(args)`: `math`, `timestamp`, `latlng`.
 pub fn namespace(ns: &str, name: &str, args: Vec<Val>) -> R {
-    if args.iter().any(Val::is_unknown) {
+    if args.iter().any(Val::is_uncertain) {
         return Ok(Val::Unknown);
     }
     let num = |v: &Val| match v {
@@ -374,7 +380,7 @@ pub fn namespace(ns: &str, name: &str, args: Vec<Val>) -> R {
 
 /// A global function: `int`, `float`, `string`, `path`, `debug`.
 pub fn global(name: &str, args: Vec<Val>) -> R {
-    if args.iter().any(Val::is_unknown) {
+    if args.iter().any(Val::is_uncertain) {
         return Ok(Val::Unknown);
     }
     match (name, args.as_slice()) {

@@ -11,6 +11,9 @@ const MAX_DEPTH: usize = 128;
 /// A parsed rules file: its top-level `match` blocks (inside `service cloud.firestore`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct File {
+    /// Its `rules_version`: 1 (Firebase's default, without the statement) or 2. Version 1
+    /// reads `{name=**}` as one or more segments and allows no collection-group queries.
+    pub version: u8,
     /// The blocks, in order.
     pub matches: Vec<Match>,
     /// Functions declared directly in the service block.
@@ -105,6 +108,7 @@ impl Parser<'_> {
             Some(Tok::Int(i)) => format!(", found `{i}`"),
             Some(Tok::Float(f)) => format!(", found `{f}`"),
             Some(Tok::Str(s)) => format!(", found '{s}'"),
+            Some(Tok::Segment(s)) => format!(", found `{s}`"),
         }
     }
 
@@ -128,26 +132,14 @@ impl Parser<'_> {
     }
 
     fn file(&mut self) -> Result<File, RulesError> {
-        if self.is_word("rules_version") {
-            self.at += 1;
-            self.expect_punct("=")?;
-            match self.peek() {
-                Some(Tok::Str(v)) if v == "2" => self.at += 1,
-                Some(Tok::Str(v)) if v == "1" => {
-                    return Err(self.error(
-                        "rules_version '1' is not supported: Hearth follows version 2 (recursive wildcards match zero or more segments)",
-                    ))
-                }
-                _ => return Err(self.error(format!("expected '2'{}", self.found()))),
-            }
-            self.expect_punct(";")?;
-        }
+        let version = self.rules_version()?;
         self.expect_word("service")?;
         self.expect_word("cloud")?;
         self.expect_punct(".")?;
         self.expect_word("firestore")?;
         self.expect_punct("{")?;
         let mut out = File {
+            version,
             matches: Vec::new(),
             functions: Vec::new(),
         };
@@ -166,6 +158,23 @@ impl Parser<'_> {
         Ok(out)
     }
 
+    /// `rules_version = '1';` or `'2'`; without one, version 1, as in Firebase.
+    fn rules_version(&mut self) -> Result<u8, RulesError> {
+        if !self.is_word("rules_version") {
+            return Ok(1);
+        }
+        self.at += 1;
+        self.expect_punct("=")?;
+        let version = match self.peek() {
+            Some(Tok::Str(v)) if v == "1" => 1,
+            Some(Tok::Str(v)) if v == "2" => 2,
+            _ => return Err(self.error(format!("expected '1' or '2'{}", self.found()))),
+        };
+        self.at += 1;
+        self.expect_punct(";")?;
+        Ok(version)
+    }
+
     fn match_block(&mut self) -> Result<Match, RulesError> {
         self.enter()?;
         let pos = self.pos();
@@ -182,11 +191,10 @@ impl Parser<'_> {
                 }
                 self.expect_punct("}")?;
             } else {
-                match self.peek() {
-                    Some(Tok::Ident(i)) => path.push(Segment::Literal(i.clone())),
-                    Some(Tok::Int(i)) => path.push(Segment::Literal(i.to_string())),
-                    _ => return Err(self.error(format!("expected a path segment{}", self.found()))),
-                }
+                let Some(Tok::Segment(s)) = self.peek() else {
+                    return Err(self.error(format!("expected a path segment{}", self.found())));
+                };
+                path.push(Segment::Literal(s.clone()));
                 self.at += 1;
             }
         }
@@ -463,7 +471,8 @@ impl Parser<'_> {
         })
     }
 
-    /// `/seg/$(expr)/...`: segments while a `/` is followed by a name, a number or `$(`.
+    /// `/seg/$(expr)/...`: segments while a `/` is followed by a segment or `$(` (the lexer
+    /// reads a path's segments).
     fn path_literal(&mut self) -> Result<Expr, RulesError> {
         let pos = self.pos();
         let mut parts = Vec::new();
@@ -471,7 +480,7 @@ impl Parser<'_> {
             let segment_follows = self.is_punct("/")
                 && matches!(
                     self.peek_at(1),
-                    Some(Tok::Ident(_)) | Some(Tok::Int(_)) | Some(Tok::Punct("$"))
+                    Some(Tok::Segment(_)) | Some(Tok::Punct("$"))
                 );
             if !segment_follows {
                 break;
@@ -483,11 +492,10 @@ impl Parser<'_> {
                 self.expect_punct(")")?;
                 parts.push(PathPart::Interpolated(e));
             } else {
-                match self.peek().cloned() {
-                    Some(Tok::Ident(i)) => parts.push(PathPart::Literal(i)),
-                    Some(Tok::Int(i)) => parts.push(PathPart::Literal(i.to_string())),
-                    _ => return Err(self.error("expected a path segment")),
-                }
+                let Some(Tok::Segment(s)) = self.peek() else {
+                    return Err(self.error("expected a path segment"));
+                };
+                parts.push(PathPart::Literal(s.clone()));
                 self.at += 1;
             }
         }
@@ -613,7 +621,7 @@ service cloud.firestore {
                 11,
             ),
             ("service cloud.firestore {\n  match x {}\n}", 2, 9),
-            ("rules_version = '1';\nservice cloud.firestore {}", 1, 17),
+            ("rules_version = '3';\nservice cloud.firestore {}", 1, 17),
             (
                 "service cloud.firestore {\n  match /x {\n    allow read: if a\n  }\n}",
                 4,
@@ -628,6 +636,103 @@ service cloud.firestore {
         for (src, line, column) in cases {
             let e = parse_file("f", src).unwrap_err();
             assert_eq!((e.line, e.column), (line, column), "{src}: {e}");
+        }
+    }
+
+    fn lit(s: &str) -> Segment {
+        Segment::Literal(s.into())
+    }
+
+    #[test]
+    fn match_path_segments_take_any_character_but_slash() {
+        let src = "service cloud.firestore {
+  match /databases/{database}/documents {
+    match /user-profiles/{id}/a.b~c/007/naïve/%20x/$v/{rest=**} { allow read; }
+    match /x-y/{z}{ match /q.r{} }
+  }
+}";
+        let f = parse_file("t", src).unwrap();
+        let db = &f.matches[0];
+        assert_eq!(
+            db.matches[0].path,
+            vec![
+                lit("user-profiles"),
+                Segment::Var("id".into()),
+                lit("a.b~c"),
+                lit("007"),
+                lit("naïve"),
+                lit("%20x"),
+                lit("$v"),
+                Segment::Rest("rest".into()),
+            ]
+        );
+        assert_eq!(
+            db.matches[1].path,
+            vec![lit("x-y"), Segment::Var("z".into())]
+        );
+        assert_eq!(db.matches[1].matches[0].path, vec![lit("q.r")]);
+    }
+
+    /// The literal and interpolated parts of the path literal `s` (an expression).
+    fn path_parts(s: &str) -> Vec<String> {
+        let Expr::Call(_, args, _) = expr(&format!("get({s})")) else {
+            panic!("a call")
+        };
+        let Expr::Path(parts, _) = &args[0] else {
+            panic!("a path literal: {:?}", args[0])
+        };
+        let part = |p: &PathPart| match p {
+            PathPart::Literal(l) => l.clone(),
+            PathPart::Interpolated(e) => format!("$({})", shape(e)),
+        };
+        parts.iter().map(part).collect()
+    }
+
+    #[test]
+    fn path_literal_segments_take_the_same_characters() {
+        assert_eq!(
+            path_parts("/databases/$(database)/documents/user-profiles/$(x)"),
+            [
+                "databases",
+                "$(database)",
+                "documents",
+                "user-profiles",
+                "$(x)"
+            ]
+        );
+        assert_eq!(
+            path_parts("/a.b~c/007/naïve/%20x/$(r.s)/t"),
+            ["a.b~c", "007", "naïve", "%20x", "$(r.s)", "t"]
+        );
+        let nested = path_parts("/a/$(get(/p-q/$(f(r))/s.t).u)/v");
+        assert_eq!(nested.len(), 3, "{nested:?}");
+        // Division is still division, and a path ends where the expression around it does.
+        assert_eq!(shape(&expr("a / b-c/2")), "((a / b) - (c / 2))");
+        assert_eq!(
+            shape(&expr("(a)/2 == f(x)/y.z")),
+            "((a / 2) == (f(x) / y.z))"
+        );
+        let e = expr("[/a/b-c, exists(/x/y)] == {'k': /d/e}");
+        let Expr::Binary("==", l, r, _) = e else {
+            panic!("==")
+        };
+        assert!(matches!(&*l, Expr::List(items, _) if items.len() == 2));
+        assert!(matches!(&*r, Expr::Map(entries, _) if entries.len() == 1));
+    }
+
+    #[test]
+    fn rules_version_is_1_unless_the_file_says_2() {
+        let body = "service cloud.firestore {}";
+        assert_eq!(parse_file("f", body).unwrap().version, 1);
+        for (v, want) in [("'1'", 1), ("'2'", 2), ("\"2\"", 2)] {
+            let src = format!("rules_version = {v};\n{body}");
+            assert_eq!(parse_file("f", &src).unwrap().version, want, "{v}");
+        }
+        for v in ["'3'", "'2.0'", "2", "''"] {
+            let src = format!("rules_version = {v};\n{body}");
+            let e = parse_file("f", &src).unwrap_err();
+            assert_eq!((e.line, e.column), (1, 17), "{v}: {e}");
+            assert!(e.message.starts_with("expected '1' or '2'"), "{v}: {e}");
         }
     }
 

@@ -19,6 +19,10 @@ pub struct Bounds {
     pub hi: Option<(Val, bool)>,
     /// Values the field does not hold.
     pub not: Vec<Val>,
+    /// Values the field, a list, holds (`array-contains`).
+    pub contains: Vec<Val>,
+    /// Whether the field is known to be a list (`array-contains`, `array-contains-any`).
+    pub list: bool,
     /// The field's path in the document (for explanations).
     pub field: Vec<String>,
 }
@@ -67,8 +71,8 @@ fn literal(v: &Val) -> String {
 /// and the other a known value.
 pub fn hint(op: &str, a: &Val, b: &Val) -> Option<Hint> {
     let (field, op, value) = match (a, b) {
-        (Val::Range(r), v) if !v.is_unknown() => (&r.field, op, v),
-        (v, Val::Range(r)) if !v.is_unknown() => (
+        (Val::Range(r), v) if !v.is_uncertain() => (&r.field, op, v),
+        (v, Val::Range(r)) if !v.is_uncertain() => (
             &r.field,
             match op {
                 "<" => ">",
@@ -113,12 +117,25 @@ impl Bounds {
     /// (knowing less is always sound).
     pub fn narrow(&mut self, op: Operator, v: Val) {
         match op {
-            Operator::NotEqual => self.not.push(v),
+            // `!=` compares as the rules do (numbers by value), and excludes null.
+            Operator::NotEqual => {
+                self.not.push(v);
+                self.not.push(Val::Null);
+            }
+            // `not-in` compares strictly (`not-in [1]` keeps 1.0), the rules by value: only
+            // values without numbers are known not to be held. It excludes null.
             Operator::NotIn => {
                 if let Val::List(items) = v {
-                    self.not.extend(items);
+                    self.not
+                        .extend(items.into_iter().filter(|i| !holds_number(i)));
                 }
+                self.not.push(Val::Null);
             }
+            Operator::ArrayContains => {
+                self.list = true;
+                self.contains.push(v);
+            }
+            Operator::ArrayContainsAny => self.list = true,
             Operator::GreaterThan | Operator::GreaterThanOrEqual if rangeable(&v) => {
                 let new = (v, op == Operator::GreaterThanOrEqual);
                 self.lo = Some(match self.lo.take() {
@@ -144,6 +161,9 @@ impl Bounds {
 
     /// `x is ty` for every `x` in the bounds: `None` when unknown.
     pub fn is(&self, ty: &str) -> Option<bool> {
+        if self.list {
+            return Some(ty == "list");
+        }
         let b = self.bound()?;
         match (b, ty) {
             (Val::Int(_) | Val::Float(_), "number") => Some(true),
@@ -168,6 +188,8 @@ impl Bounds {
                 let eq = self.equals(c)?;
                 Ok(eq.map(|e| e == (op == "==")))
             }
+            // `c in x`, `x` a list known to hold some values.
+            "in" if flipped => Ok(self.contains.iter().any(|x| equal(x, c)).then_some(true)),
             "<" | "<=" | ">" | ">=" => {
                 // Every x in the bounds is of the bound's type: comparing it with another
                 // type is an error, as it would be for any of them.
@@ -212,6 +234,9 @@ impl Bounds {
         if self.not.iter().any(|n| equal(n, c)) {
             return Ok(Some(false));
         }
+        if self.list && !matches!(c, Val::List(_)) {
+            return Ok(Some(false));
+        }
         if let Some(b) = self.bound() {
             if order(b, c).is_err() {
                 // Another type: no value in the bounds equals it.
@@ -224,6 +249,16 @@ impl Bounds {
             }
         }
         Ok(None)
+    }
+}
+
+/// Whether `v` is or holds a number (whose equality the engine and the rules see apart).
+fn holds_number(v: &Val) -> bool {
+    match v {
+        Val::Int(_) | Val::Float(_) => true,
+        Val::List(items) | Val::Set(items) => items.iter().any(holds_number),
+        Val::Map(m) => m.values().any(holds_number),
+        _ => false,
     }
 }
 

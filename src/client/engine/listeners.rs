@@ -149,11 +149,7 @@ impl Engine {
             },
         );
         if let Some(l) = self.on_listen.borrow().as_ref() {
-            let q = Query::collection(name.parent()).where_(
-                "__name__",
-                hearth_core::query::model::Operator::Equal,
-                Value::Reference(name.clone()),
-            );
+            let q = Query::document(&name);
             l(id, &q);
         }
         let pending = self.has_pending(&name);

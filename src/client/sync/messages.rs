@@ -625,11 +625,7 @@ impl Sync {
             return;
         }
         self.trace(|| format!("limbo {name}"));
-        let query = Query::collection(name.parent()).where_(
-            "__name__",
-            hearth_core::query::model::Operator::Equal,
-            hearth_core::value::Value::Reference(name.clone()),
-        );
+        let query = Query::document(&name);
         let mut key = Vec::new();
         encode_query(&query, &mut key);
         let target_id = self.add_target(Target {

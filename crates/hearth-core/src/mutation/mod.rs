@@ -224,17 +224,43 @@ impl Mutation {
         base: Option<&Document>,
         ctx: &ApplyContext,
     ) -> Result<Option<Document>, MutationError> {
+        self.apply_with(base, ctx, true)
+    }
+
+    /// The document the write would leave if its precondition held, and an `update` of an
+    /// absent document wrote its fields into an empty one: what security rules judge a
+    /// write by before anything about the stored document (its existence, its version) may
+    /// be told to the caller.
+    pub fn apply_as_intended(
+        &self,
+        base: Option<&Document>,
+        ctx: &ApplyContext,
+    ) -> Result<Option<Document>, MutationError> {
+        self.apply_with(base, ctx, false)
+    }
+
+    fn apply_with(
+        &self,
+        base: Option<&Document>,
+        ctx: &ApplyContext,
+        checked: bool,
+    ) -> Result<Option<Document>, MutationError> {
         if let Some(b) = base {
             assert_eq!(b.name, self.name, "mutation applied to another document");
         }
         self.validate()?;
-        self.check_precondition(base)?;
+        if checked {
+            self.check_precondition(base)?;
+        }
         let mut fields = match (&self.kind, base) {
             (MutationKind::Delete, _) => return Ok(None),
-            (MutationKind::Update { .. }, None) => {
+            (MutationKind::Update { .. }, None) if checked => {
                 return Err(MutationError::NotFound {
                     name: self.name.clone(),
                 })
+            }
+            (MutationKind::Update { fields }, None) => {
+                fields::apply_update(&Default::default(), fields)
             }
             (MutationKind::Set { fields, merge }, base) => {
                 let base = base.map(|b| &*b.fields);

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use crate::encoding::key::Direction;
-use crate::path::{CollectionPath, FieldPath};
+use crate::path::{CollectionPath, DocumentName, FieldPath};
 use crate::value::Value;
 
 /// Filter operators.
@@ -229,6 +229,41 @@ impl Query {
 
     pub fn collection_group(id: &str) -> Query {
         Query::from_source(Source::CollectionGroup(id.to_owned()))
+    }
+
+    /// The query a document listener (and a client's limbo resolution) sends for document
+    /// `name`: its collection filtered to `documentId() == name`.
+    pub fn document(name: &DocumentName) -> Query {
+        Query::collection(name.parent()).filter(Filter::Field(FieldFilter {
+            field: FieldPath::document_id(),
+            op: Operator::Equal,
+            value: Value::Reference(name.clone()),
+        }))
+    }
+
+    /// The document this query reads when it is a document listener's (its collection
+    /// filtered to `documentId() == name` and nothing else but an order by name or a limit):
+    /// such a query is a read of one document, judged by the rules as a get.
+    pub fn document_target(&self) -> Option<&DocumentName> {
+        let Source::Collection(collection) = &self.source else {
+            return None;
+        };
+        let Some(Filter::Field(ff)) = &self.filter else {
+            return None;
+        };
+        let Value::Reference(name) = &ff.value else {
+            return None;
+        };
+        let plain = ff.field.is_document_id()
+            && ff.op == Operator::Equal
+            && collection.contains(name)
+            && self.order_by.iter().all(|o| o.field.is_document_id())
+            && self.limit.is_none_or(|n| n >= 1)
+            && self.start.is_none()
+            && self.end.is_none()
+            && self.offset == 0
+            && self.projection.is_none();
+        plain.then_some(name)
     }
 
     fn from_source(source: Source) -> Query {

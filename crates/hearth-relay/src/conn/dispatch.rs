@@ -74,28 +74,40 @@ impl Connection {
     }
 
     /// Checks every target of the connection against the rules under its identity (a new
-    /// token), ending those it may no longer read with a target `Error`
-    /// `permission-denied`.
+    /// token): those it may still read decide with the new identity from now on; those it
+    /// may not, or whose check failed for any other reason, end with a target `Error`
+    /// (`permission-denied`, or the failure's code): no listen goes on unproved.
     async fn recheck_targets(&mut self) {
-        let Some(access) = self.access() else { return };
+        let access = self.access();
         let (db, id) = (self.db.clone(), self.id);
         let targets = off_worker(move || db.fanout().targets_of(id)).await;
         for (target_id, query) in targets.unwrap_or_default() {
             let (db, access) = (self.db.clone(), access.clone());
-            let checked = self
+            let store = self.relay.store().clone();
+            let proved = self
                 .relay
                 .blocking_read(&self.db, move |relay| {
-                    relay.check_list(Some(&access), &db, &query)
+                    relay.check_list(access.as_ref(), &db, &query)?;
+                    Ok::<_, QueryError>(access.map(|access| {
+                        let guard = ListenGuard::new(access, db.name(), store, query);
+                        Arc::new(guard) as Arc<dyn TargetGuard>
+                    }))
                 })
                 .await;
-            let Ok(Err(QueryError::PermissionDenied(msg))) = checked else {
-                continue;
+            let (code, msg) = match proved {
+                Ok(Ok(guard)) => {
+                    let (db, id) = (self.db.clone(), self.id);
+                    off_worker(move || db.fanout().set_guard(id, target_id, guard)).await;
+                    continue;
+                }
+                Ok(Err(e)) => (e.code(), e.to_string()),
+                Err(e) => (ErrorCode::Internal, e),
             };
             let (db, id) = (self.db.clone(), self.id);
             let ended = off_worker(move || db.fanout().unlisten(id, target_id)).await;
             if ended == Some(true) {
                 self.relay.metrics().listen_stopped(self.db.name());
-                self.send(&error(0, target_id, ErrorCode::PermissionDenied, msg));
+                self.send(&error(0, target_id, code, msg));
             }
         }
     }
@@ -420,16 +432,20 @@ impl Connection {
             return;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let access = self.access();
+        let writer = access
+            .as_ref()
+            .map(|a| a.auth.as_deref().map(|auth| auth.uid.as_str()));
         let req = WriteRequest {
             client_id: self.client_id.clone(),
             batch_id,
-            digest: batch_digest(&mutations, &reads),
+            digest: batch_digest(&mutations, &reads, writer),
             mutations,
             reads,
             reply: tx,
             enqueued: Instant::now(),
             bytes,
-            access: self.access(),
+            access,
         };
         // A full queue (`--max-inflight-writes`, `--max-inflight-write-bytes`) holds the
         // connection, reading nothing more from it, until the committer takes batches:

@@ -18,6 +18,7 @@
 //! class cost one evaluation.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -28,6 +29,7 @@ use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::try_encode_server;
 use hearth_core::protocol::{DocumentChange, TargetChangeKind};
+use hearth_rules::Ruleset;
 
 /// The rules' view of one target's caller, asked by the fan-out as changes go out.
 pub trait TargetGuard: Send + Sync {
@@ -39,6 +41,9 @@ pub trait TargetGuard: Send + Sync {
     /// the listen's query (`Err`: the denial). `None` when the rules decide from the
     /// documents alone, so the proof at the listen's start holds.
     fn recheck(&self) -> Option<Result<(), String>>;
+    /// Proves the listen again under `rules` (the rules in force after a reload): the
+    /// guard to decide with from now on, or the denial that ends the listen.
+    fn reproved(&self, rules: &Arc<Ruleset>) -> Result<Arc<dyn TargetGuard>, String>;
 }
 
 /// How a group's round goes out to its guarded subscribers.

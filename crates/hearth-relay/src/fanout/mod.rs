@@ -134,8 +134,11 @@ fn to_wire(changes: &[DocChange], states: &RoundStates) -> Vec<DocumentChange> {
 /// therefore resumes with a Reset, followed by the changed documents outside the window, so
 /// the client learns how each document it may hold changed and never has to guess.
 ///
-/// A document that left the result travels with its new content only to a caller the
-/// rules let read it (`guard`); to others it leaves as a deletion.
+/// Under security rules (`guard`) a resume speaks only of documents in the result now: a
+/// document changed since the client's version that the result lacks may never have been
+/// in the client's result (another user's, say), and its name is not the caller's to learn.
+/// Whether it was cannot be told, so such a resume gets a Reset (the whole result), and a
+/// windowed one no changes outside its window.
 fn resume_changes(
     view: &View,
     start: Start,
@@ -157,6 +160,9 @@ fn resume_changes(
     } else {
         view.documents().map(|d| (&d.name, d)).collect()
     };
+    if guard.is_some() && (windowed || changed.states.iter().any(|(n, _)| !held.contains_key(n))) {
+        return (TargetChangeKind::Reset, whole());
+    }
     let (kind, mut changes) = if windowed {
         (TargetChangeKind::Reset, whole())
     } else {
@@ -167,8 +173,8 @@ fn resume_changes(
             Some(d) if !windowed => changes.push(DocumentChange::Upsert((*d).clone())),
             Some(_) => {}
             None => changes.push(match state {
-                Some(now) if guard.is_none_or(|g| g.may_read(&now)) => DocumentChange::Leave(now),
-                _ => DocumentChange::Delete { name, version },
+                Some(now) => DocumentChange::Leave(now),
+                None => DocumentChange::Delete { name, version },
             }),
         }
     }
@@ -430,6 +436,42 @@ impl Fanout {
                 Some((*t, group.view.query().clone()))
             })
             .collect()
+    }
+
+    /// Every target under security rules: its connection, id, write side and guard (to be
+    /// proved again when the rules change).
+    pub fn guarded(&self) -> Vec<(u32, Outbound, Arc<dyn TargetGuard>)> {
+        let inner = self.lock();
+        inner
+            .groups
+            .values()
+            .flat_map(|g| g.subscribers.iter())
+            .filter_map(|s| Some((s.target_id, s.out.clone(), s.guard.clone()?)))
+            .collect()
+    }
+
+    /// Replaces the guard of a target (proved again under new rules or a new identity);
+    /// false if the target is gone.
+    pub fn set_guard(
+        &self,
+        conn: u64,
+        target_id: u32,
+        rules: Option<Arc<dyn TargetGuard>>,
+    ) -> bool {
+        let mut inner = self.lock();
+        let Some(slot) = inner.by_target.get(&(conn, target_id)) else {
+            return false;
+        };
+        let (key, index) = (slot.key.clone(), slot.index);
+        let Some(sub) = inner
+            .groups
+            .get_mut(&key[..])
+            .and_then(|g| g.subscribers.get_mut(index))
+        else {
+            return false;
+        };
+        sub.guard = rules;
+        true
     }
 
     /// Removes a target; false if it did not exist. O(1).
