@@ -126,7 +126,7 @@ struct ServeArgs {
     /// of browsers; it must differ from the client tokens' secret.
     #[arg(long, env = "HEARTH_SERVICE_SECRET", hide_env_values = true)]
     service_secret: Option<String>,
-    /// Security rules (Firebase's rules syntax, `rules_version = '2'`) checked on every
+    /// Security rules (Firebase's rules syntax, `rules_version` 1 or 2) checked on every
     /// read, listen and write; reloaded on SIGHUP and when the file changes. Without them
     /// the relay is open: anyone who reaches it reads and writes everything, so it serves
     /// loopback only unless `--insecure-open`.

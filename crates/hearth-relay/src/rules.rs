@@ -13,6 +13,7 @@
 //! trusted server code, past the rules, as the Admin SDK is past Firebase's.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
@@ -44,6 +45,9 @@ pub struct Rules {
     stamp: Mutex<Option<(SystemTime, u64)>>,
     /// Whether a denial names the rule that decided (`--explain-denials`).
     explain: bool,
+    /// How many times rules were put in force: a listen proved under one generation and
+    /// registered after the next reload's walk over the listens is proved again.
+    generation: AtomicU64,
 }
 
 /// Why the rules file could not be loaded.
@@ -70,6 +74,7 @@ impl Rules {
             current: RwLock::new(None),
             stamp: Mutex::new(None),
             explain: true,
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -80,6 +85,7 @@ impl Rules {
             current: RwLock::new(None),
             stamp: Mutex::new(None),
             explain,
+            generation: AtomicU64::new(0),
         };
         rules.reload()?;
         Ok(rules)
@@ -121,8 +127,14 @@ impl Rules {
         let ruleset = parsed?;
         if let Ok(mut current) = self.current.write() {
             *current = Some(Arc::new(ruleset));
+            self.generation.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
+    }
+
+    /// How many times rules were put in force (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Reloads the rules if the file changed since it was last read, logging the outcome:

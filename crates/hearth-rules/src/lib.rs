@@ -1,4 +1,4 @@
-//! Security rules in Firebase's rules language for Cloud Firestore (`rules_version = '2'`):
+//! Security rules in Firebase's rules language for Cloud Firestore (`rules_version` 1 and 2):
 //! the parser ([`parser`]), the evaluator ([`eval`], [`methods`]) and the decisions the relay
 //! asks for: [`Ruleset::evaluate`] for a single document's get or write, and
 //! [`Ruleset::check_list`] for a query, which must be allowed for every document it could

@@ -289,6 +289,7 @@ impl Connection {
                 }
                 let mut attempt = 0;
                 let mut behind = 0;
+                let rules_generation = self.relay.rules().generation();
                 loop {
                     let accept_ahead = behind >= BEHIND_TRIES;
                     let start = ListenStart {
@@ -314,6 +315,11 @@ impl Connection {
                     match listened {
                         Ok(Listened::Started) => {
                             self.relay.metrics().listen_started(self.db.name());
+                            // Rules reloaded while it started: its walk over the listens
+                            // may have missed this one, proved under the old rules.
+                            if self.relay.rules().generation() != rules_generation {
+                                self.recheck_targets().await;
+                            }
                             break;
                         }
                         Ok(Listened::Behind) => {

@@ -22,6 +22,7 @@ mod pg;
 mod queries;
 mod robustness;
 mod rules;
+mod rules_disclosure;
 mod rules_listens;
 mod scale_out;
 mod scale_out_indexes;
