@@ -641,6 +641,17 @@ fn float_cmp(x: f64, y: f64) -> std::cmp::Ordering {
     }
 }
 
+/// Whether `a` and `b` are known to be of types that never compare equal (ints and floats
+/// are one kind here); `false` when either type is unknown.
+fn different_types(a: &Val, b: &Val) -> bool {
+    let kind = |v: &Val| match v {
+        Val::Unknown | Val::Range(_) => None,
+        Val::Int(_) | Val::Float(_) => Some("number"),
+        v => Some(type_name(v)),
+    };
+    matches!((kind(a), kind(b)), (Some(x), Some(y)) if x != y)
+}
+
 /// How two values order, or why they do not. Numbers order as the query engine orders them
 /// (exactly across ints and floats, NaN first), so a proof from a range filter holds for
 /// every document the filter matches.
@@ -676,6 +687,11 @@ fn binary(op: &str, a: Val, b: Val) -> R {
             } else {
                 Val::Unknown
             })
+        }
+        // Values of different types are never equal, whatever their unknown contents (a
+        // document's data is a map: `resource.data != null` holds in a list proof).
+        _ if matches!(op, "==" | "!=") && different_types(&a, &b) => {
+            return Ok(Val::Bool(op == "!="))
         }
         _ if a.is_uncertain() || b.is_uncertain() => return Ok(Val::Unknown),
         _ => {}
