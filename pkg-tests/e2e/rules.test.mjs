@@ -49,7 +49,7 @@ service cloud.firestore {
 const dir = mkdtempSync(join(tmpdir(), 'hearth-e2e-rules-'));
 const rulesFile = join(dir, 'firestore.rules');
 writeFileSync(rulesFile, RULES);
-const env = useEnvironment(['--rules', rulesFile, '--auth-secret', SECRET, '--service-secret', SERVICE]);
+const env = useEnvironment(['--rules', rulesFile, '--auth-secret', SECRET, '--service-secret', SERVICE, '--explain-denials']);
 
 // More users, each with a browser profile of their own.
 const browsers = [];
@@ -143,7 +143,7 @@ test('rules are not filters: a query the rule cannot prove is refused whole, its
   await until(alice, () => window.all.errors.length > 0);
   const { errors } = await state(alice, 'all');
   assert.match(errors[0], /^permission-denied: Missing or insufficient permissions\./);
-  assert.match(errors[0], /depends on fields of the documents that the query does not fix: .* such as where\('owner', '==', 'alice'\)/, 'the explanation (on by default on loopback) names the way out');
+  assert.match(errors[0], /depends on fields of the documents that the query does not fix: .* such as where\('owner', '==', 'alice'\)/, 'the explanation (--explain-denials) names the way out');
   assert.equal(await alice.evaluate(() => window.code(() => window.db.collection('notes').get({ source: 'server' }))), 'permission-denied');
   assert.equal(await alice.evaluate(() => window.code(() => window.db.collection('notes').count().get())), 'permission-denied');
   await listen(alice, 'mine', "db.collection('notes').where('owner', '==', 'alice')");

@@ -127,3 +127,16 @@ pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
     }
     Some(out)
 }
+
+/// Resolves after `ms` milliseconds (`setTimeout`, in a page or a worker).
+pub async fn sleep(ms: f64) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let global = js_sys::global();
+        if let Ok(st) =
+            Reflect::get(&global, &"setTimeout".into()).and_then(|f| f.dyn_into::<Function>())
+        {
+            let _ = st.call2(&global, &resolve, &JsValue::from_f64(ms));
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+}

@@ -13,6 +13,7 @@
 //! durable, and a batch either applies whole or not at all.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,7 +23,7 @@ use super::store::txn::{Head, WriteTxn};
 use super::store::{change_time, db_prefix, encode_change_names, Catalogs, Store, StoreError, Tab};
 pub use crate::idempotency::{batch_digest, BatchDigest};
 use crate::idempotency::{batch_key, BatchRecord};
-use crate::supervise::fault_point;
+use crate::supervise::{fault_point, transient_fault};
 use hearth_core::document::Document;
 use hearth_core::encoding::document::{decode_document, encode_document};
 use hearth_core::encoding::key::prefix_end;
@@ -96,6 +97,19 @@ pub struct WriteRequest {
     pub bytes: usize,
     /// What the security rules check each of its writes with (`None`: nothing).
     pub access: Option<crate::rules::Access>,
+    /// The submitting connection's halt: set when one of its batches failed for a
+    /// transient cause, after which none of its later batches is applied (answered
+    /// `unavailable`, nothing recorded), so a client's batches never commit out of order.
+    pub halted: Arc<AtomicBool>,
+}
+
+/// The answer to a batch not applied because an earlier one of its connection failed for a
+/// transient cause.
+fn halted_error() -> WriteError {
+    WriteError::new(
+        ErrorCode::Unavailable,
+        "an earlier write of this connection could not be committed: nothing after it was applied; send the writes again, in order",
+    )
 }
 
 /// Why [`Committer::submit`] handed a batch back.
@@ -316,10 +330,33 @@ impl Committer {
         sink: &dyn CommitSink,
     ) {
         let started = Instant::now();
-        let mut dbs = self.dbs.lock().expect("committer db lock");
-        let outcome = apply_round(store, self.shard, &mut dbs, &round, ROUND_BUDGET);
-        drop(dbs);
+        // Injected in tests: a round that fails before committing, or one that commits but
+        // whose outcome is lost (as a connection lost at COMMIT).
+        let outcome = if round
+            .iter()
+            .any(|(db, _)| transient_fault("commit-before", db))
+        {
+            Err(StoreError::Redb(
+                "injected transient failure before commit".into(),
+            ))
+        } else {
+            let mut dbs = self.dbs.lock().expect("committer db lock");
+            apply_round(store, self.shard, &mut dbs, &round, ROUND_BUDGET)
+        };
         let fsync = started.elapsed();
+        let outcome = match outcome {
+            Ok((_, committed))
+                if round
+                    .iter()
+                    .any(|(db, _)| transient_fault("commit-after", db)) =>
+            {
+                sink.committed(committed, 0, fsync);
+                Err(StoreError::Redb(
+                    "injected loss of a commit's outcome".into(),
+                ))
+            }
+            outcome => outcome,
+        };
         match outcome {
             Ok((results, committed)) => {
                 let batches = results.len();
@@ -333,12 +370,15 @@ impl Committer {
             }
             Err(e) => {
                 tracing::error!(error = %e, "group commit failed");
-                // The transaction was not committed: the next round starts from the heads
-                // it locks, so the versions handed out are taken back.
+                // Not committed, or not known to be (a connection lost at COMMIT): the next
+                // round starts from the heads it locks, so the versions handed out are
+                // taken back, and a retry under the same batch id learns the outcome from
+                // the batch's record. Each connection's later batches are halted.
                 for (_, req) in round {
+                    req.halted.store(true, Ordering::Release);
                     let _ = req.reply.send(Err(WriteError::new(
                         ErrorCode::Unavailable,
-                        format!("commit failed: {e}"),
+                        format!("commit failed (a transient error: retry the same batch): {e}"),
                     )));
                 }
             }
@@ -488,6 +528,10 @@ fn apply_in(
                 break;
             }
             fault_point("commit", db);
+            if req.halted.load(Ordering::Acquire) {
+                results.push(Err(halted_error()));
+                continue;
+            }
             let state = dbs
                 .get_mut(db)
                 .expect("databases are registered before writes");

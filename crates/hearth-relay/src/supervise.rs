@@ -45,6 +45,43 @@ pub(crate) fn fault_point(point: &str, database: &str) {
     }
 }
 
+/// In debug builds, true for the first `count` calls at `point` for `database` when
+/// `HEARTH_TEST_TRANSIENT` holds `<point>:<database>:<count>` (several separated by `,`): a
+/// transient store failure the caller then simulates (tests of the retry paths).
+#[cfg(debug_assertions)]
+pub(crate) fn transient_fault(point: &str, database: &str) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static FIRED: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+    let Ok(faults) = std::env::var("HEARTH_TEST_TRANSIENT") else {
+        return false;
+    };
+    for fault in faults.split(',') {
+        let mut parts = fault.splitn(3, ':');
+        let (Some(p), Some(db), Some(count)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if p != point || db != database {
+            continue;
+        }
+        let count: u64 = count.parse().unwrap_or(0);
+        let Ok(mut fired) = FIRED.get_or_init(Mutex::default).lock() else {
+            return false;
+        };
+        let n = fired.entry(fault.to_owned()).or_insert(0);
+        *n += 1;
+        return *n <= count;
+    }
+    false
+}
+
+/// Release builds have no transient faults.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub(crate) fn transient_fault(_point: &str, _database: &str) -> bool {
+    false
+}
+
 /// Release builds have no fault points.
 #[cfg(not(debug_assertions))]
 #[inline(always)]

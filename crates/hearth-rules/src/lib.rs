@@ -377,7 +377,14 @@ impl Ruleset {
                 Ok(Val::Bool(true)) => return self.allowed(allow),
                 Ok(v) if v.is_unknown() => {
                     if unknown.is_none() {
-                        unknown = Some((allow.pos.line, env.hints));
+                        // A filter is suggested only when no value in it can come from a
+                        // document the rules read (which the caller may not see).
+                        let hints = if env.read.is_empty() {
+                            env.hints
+                        } else {
+                            Vec::new()
+                        };
+                        unknown = Some((allow.pos.line, hints));
                     }
                 }
                 Ok(_) => {}
@@ -396,8 +403,8 @@ impl Ruleset {
     /// Why nothing allowed: the statements that applied, or for a list the filters that
     /// would prove it. Never the errors met nor values read (they may tell of documents the
     /// caller may not read: a missing field, a value `get()` returned), so the text is the
-    /// same whatever the documents hold; filters are suggested only under rules that read
-    /// no other documents.
+    /// same whatever the documents hold; filters are suggested only from an evaluation that
+    /// read no document.
     fn explain_denial(
         &self,
         method: Method,
@@ -418,11 +425,9 @@ impl Ruleset {
             );
         };
         let mut fix: Vec<String> = Vec::new();
-        if !self.list_reads_beyond_documents() {
-            for h in hints.iter().map(ToString::to_string) {
-                if !fix.contains(&h) {
-                    fix.push(h);
-                }
+        for h in hints.iter().map(ToString::to_string) {
+            if !fix.contains(&h) {
+                fix.push(h);
             }
         }
         let fix = if fix.is_empty() {

@@ -215,17 +215,7 @@ impl Transaction {
 
 const MAX_ATTEMPTS: u32 = 5;
 
-pub(crate) async fn sleep(ms: f64) {
-    let p = Promise::new(&mut |resolve, _| {
-        let global = js_sys::global();
-        if let Ok(st) =
-            Reflect::get(&global, &"setTimeout".into()).and_then(|f| f.dyn_into::<Function>())
-        {
-            let _ = st.call2(&global, &resolve, &JsValue::from_f64(ms));
-        }
-    });
-    let _ = JsFuture::from(p).await;
-}
+pub(crate) use crate::client::js::sleep;
 
 pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
     future_to_promise(async move {

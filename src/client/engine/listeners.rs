@@ -13,7 +13,6 @@ use hearth_core::path::DocumentName;
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::validate;
 use hearth_core::query::view::{ChangeType, DocChange, View};
-use hearth_core::value::Value;
 
 /// What a listener receives.
 #[derive(Clone, Debug)]

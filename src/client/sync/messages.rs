@@ -236,6 +236,7 @@ impl Sync {
                     return;
                 }
                 if self.writes.borrow_mut().remove(&request_id).is_some() {
+                    self.write_backoff_ms.set(250.0);
                     self.answered(batch_id, Ok(version));
                 }
             }
@@ -300,7 +301,9 @@ impl Sync {
                 }
                 if request_id != 0 {
                     let batch = self.writes.borrow_mut().remove(&request_id);
-                    if let Some(batch) = batch {
+                    if let (Some(_), true) = (batch, transient(code)) {
+                        self.retry_writes_later(&err);
+                    } else if let Some(batch) = batch {
                         self.answered(batch, Err(err));
                     } else if let Some(r) = self.replies.borrow_mut().remove(&request_id) {
                         r(Err(err));
@@ -328,6 +331,20 @@ impl Sync {
                 }
             }
         }
+    }
+
+    /// The relay could not commit a queued batch for now: nothing of the queue is rolled
+    /// back or rejected. The relay applies none of this connection's later batches either
+    /// (so none commits out of order); the connection is closed, and after the write
+    /// backoff (doubling, with jitter, up to 30 s) a new one sends the queue again, in order
+    /// and under the same batch ids, so a batch that did commit is answered, not applied
+    /// twice. `waitForPendingWrites()` waits through it.
+    fn retry_writes_later(self: &Rc<Self>, err: &ClientError) {
+        let delay = self.write_backoff_ms.get();
+        self.write_backoff_ms.set((delay * 2.0).min(30_000.0));
+        self.trace(|| format!("writes retried in about {delay} ms: {err:?}"));
+        self.backoff_ms.set(delay);
+        self.drop_socket();
     }
 
     /// A Snapshot: the changes of its targets enter the local view, and only once they are
@@ -686,4 +703,17 @@ impl Sync {
             }
         }
     }
+}
+
+/// Whether the relay's answer to a queued batch is transient: the batch stays queued and is
+/// sent again (Firestore's retryable codes; `aborted` only ends a transaction, whose commit
+/// is not a queued batch).
+fn transient(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::Unavailable
+            | ErrorCode::ResourceExhausted
+            | ErrorCode::Internal
+            | ErrorCode::Aborted
+    )
 }

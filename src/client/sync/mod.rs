@@ -36,6 +36,9 @@ mod token;
 
 use self::connection::{clear_timeout, set_timeout};
 
+/// How many times a transaction's commit whose outcome is unknown is sent again.
+const COMMIT_RETRIES: u32 = 6;
+
 /// Where a request's reply goes.
 type Reply = Box<dyn FnOnce(Result<ServerMessage, ClientError>)>;
 
@@ -120,6 +123,10 @@ pub struct Sync {
     /// 250 ms whenever a fresh start is due (a Welcome, the browser's `online` event,
     /// `enableNetwork()`, a refused token).
     backoff_ms: Cell<f64>,
+    /// The delay before queued writes are sent again after the relay answered one with a
+    /// transient error (`unavailable`, ...): doubles per such answer up to 30 s, back to
+    /// 250 ms when a write is acknowledged. A Welcome does not reset it.
+    write_backoff_ms: Cell<f64>,
     /// The relay's heartbeat interval (from Welcome): three of them in silence mean a dead
     /// link.
     heartbeat_ms: Cell<f64>,
@@ -226,6 +233,7 @@ impl Sync {
             refused: RefCell::new(None),
             auth_retried: Cell::new(false),
             backoff_ms: Cell::new(250.0),
+            write_backoff_ms: Cell::new(250.0),
             heartbeat_ms: Cell::new(5000.0),
             last_seen: Cell::new(js_sys::Date::now()),
             next_request: Cell::new(1),
@@ -349,6 +357,15 @@ impl Sync {
         &self,
         make: impl FnOnce(u64) -> ClientMessage,
     ) -> Result<ServerMessage, ClientError> {
+        self.request_sent(make).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Sync::request`], telling on failure whether the request reached the socket (its
+    /// outcome then unknown) or was never sent.
+    async fn request_sent(
+        &self,
+        make: impl FnOnce(u64) -> ClientMessage,
+    ) -> Result<ServerMessage, (ClientError, bool)> {
         self.wait_open(10_000.0).await;
         let request_id = self.next_request.get();
         self.next_request.set(request_id + 1);
@@ -357,11 +374,11 @@ impl Sync {
         if !self.send(&make(request_id)) {
             self.replies.borrow_mut().remove(&request_id);
             if let Some(e) = self.refused.borrow().clone() {
-                return Err(e);
+                return Err((e, false));
             }
-            return Err(ClientError::new(ErrorCode::Unavailable, "the relay is not reachable (offline); read from the cache with { source: 'cache' }"));
+            return Err((ClientError::new(ErrorCode::Unavailable, "the relay is not reachable (offline); read from the cache with { source: 'cache' }"), false));
         }
-        rx.await
+        rx.await.map_err(|e| (e, true))
     }
 
     /// Reads documents from the relay.
@@ -373,28 +390,54 @@ impl Sync {
             .await
     }
 
-    /// Sends a transaction's writes with its reads to revalidate.
+    /// Sends a transaction's writes with its reads to revalidate. A transient failure (the
+    /// connection lost before the answer, the relay unable to commit for now) leaves the
+    /// outcome unknown: the same batch is sent again under the same id, a few times with
+    /// backoff, and the relay answers a batch it committed with that commit (applied once).
     pub async fn commit_transaction(
-        &self,
+        self: &Rc<Self>,
         batch_id: u64,
         mutations: Vec<hearth_core::mutation::Mutation>,
         reads: Vec<(DocumentName, Option<u64>)>,
     ) -> Result<u64, ClientError> {
-        let reply = self
-            .request(|request_id| ClientMessage::Write {
-                request_id,
-                batch_id,
-                mutations,
-                reads,
-            })
-            .await;
-        match reply {
-            Ok(ServerMessage::WriteResult { version, .. }) => Ok(version),
-            Ok(_) => Err(ClientError::new(
-                ErrorCode::Internal,
-                "unexpected reply to a transaction",
-            )),
-            Err(e) => Err(e),
+        let mut delay = 250.0;
+        let mut attempt = 0;
+        // Whether some attempt reached the relay: only then may the batch have committed.
+        let mut sent = false;
+        loop {
+            let (m, r) = (mutations.clone(), reads.clone());
+            let reply = self
+                .request_sent(|request_id| ClientMessage::Write {
+                    request_id,
+                    batch_id,
+                    mutations: m,
+                    reads: r,
+                })
+                .await;
+            match reply {
+                Ok(ServerMessage::WriteResult { version, .. }) => return Ok(version),
+                Ok(_) => {
+                    return Err(ClientError::new(
+                        ErrorCode::Internal,
+                        "unexpected reply to a transaction",
+                    ))
+                }
+                Err((e, reached)) => {
+                    sent |= reached;
+                    let unknown = sent && e.code() == ErrorCode::Unavailable;
+                    if !unknown || attempt >= COMMIT_RETRIES || !self.enabled.get() {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                    // The relay applies nothing more from a connection one of whose writes
+                    // failed for a transient cause: the retry goes on a new connection.
+                    if self.open.get() {
+                        self.drop_socket();
+                    }
+                    crate::client::js::sleep(delay * (0.5 + js_sys::Math::random())).await;
+                    delay *= 2.0;
+                }
+            }
         }
     }
 

@@ -452,6 +452,7 @@ impl Connection {
             enqueued: Instant::now(),
             bytes,
             access,
+            halted: self.writes_halted.clone(),
         };
         // A full queue (`--max-inflight-writes`, `--max-inflight-write-bytes`) holds the
         // connection, reading nothing more from it, until the committer takes batches:

@@ -105,6 +105,10 @@ struct Connection {
     /// Bytes of the write frames not yet acknowledged (each acknowledgement task gives its
     /// share back when it ends, however it ends).
     write_bytes: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set when one of the connection's batches failed for a transient cause (the store
+    /// unreachable): its later batches are not applied either, so nothing commits out of
+    /// the client's order; the client sends them again, in order, on a new connection.
+    writes_halted: Arc<std::sync::atomic::AtomicBool>,
     /// The keyed connection limits (an `Auth` of another subject moves the subject's place).
     limits: Arc<Limits>,
     /// What the connection holds, given back when it ends, however it ends.
@@ -487,6 +491,7 @@ impl Connection {
             out: out.clone(),
             writes: tokio::task::JoinSet::new(),
             write_bytes: Arc::default(),
+            writes_halted: Arc::default(),
             limits,
             held,
         };
