@@ -179,6 +179,27 @@ impl KvRead for DatabaseView<'_> {
         self.txn.get(Self::table(table), &full).map_err(kv_err)
     }
 
+    /// The keys read ahead together (one round trip to PostgreSQL for a batch of a query's
+    /// documents, not one per document), then each from what was read.
+    async fn get_many(
+        &self,
+        table: Table,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.spend(keys.len())?;
+        let tab = Self::table(table);
+        let full: Vec<(Tab, Vec<u8>)> = keys
+            .iter()
+            .map(|k| (tab, [self.prefix.as_slice(), k].concat()))
+            .collect();
+        if full.len() > 1 {
+            self.txn.read_ahead(&[], &full).map_err(kv_err)?;
+        }
+        full.iter()
+            .map(|(t, k)| self.txn.get(*t, k).map_err(kv_err))
+            .collect()
+    }
+
     async fn scan(
         &self,
         table: Table,
