@@ -161,6 +161,14 @@ impl BatchRecord {
         crate::store::read_u64(b)
     }
 
+    /// The time (µs since the epoch) of an encoded record: its commit's, or its refusal's
+    /// (`i64::MIN` for a record too short to hold one).
+    pub fn micros_of(b: &[u8]) -> i64 {
+        b.get(8..16)
+            .and_then(|m| <[u8; 8]>::try_from(m).ok())
+            .map_or(i64::MIN, i64::from_be_bytes)
+    }
+
     /// The answer to a batch that repeats this record's id: the first commit's version for
     /// a retry (same digest, or a record without one), else a refusal naming the id.
     pub fn answer(

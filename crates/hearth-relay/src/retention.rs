@@ -50,8 +50,12 @@ pub fn prune_shard(store: &Store, shard: usize, retention: Duration) -> Result<(
             let through = read_u64(&last[prefix.len()..]);
             let after_last = [last.as_slice(), &[0]].concat();
             w.retain(Tab::Changelog, &prefix, &after_last, &mut |_, _| false)?;
+            // A record goes with its version's changelog record, unless it is younger than
+            // the retention itself: a refusal is recorded at the version before it (the
+            // last commit, maybe long ago), and must answer a retry for as long as a commit
+            // would.
             w.retain(Tab::Batches, &prefix, &end, &mut |_, v| {
-                BatchRecord::version_of(v) > through
+                BatchRecord::version_of(v) > through || BatchRecord::micros_of(v) >= cutoff
             })?;
         }
         Ok(())
@@ -153,6 +157,30 @@ mod tests {
         // Everything is old: all of it goes.
         prune(&t.1, Duration::ZERO).unwrap();
         assert_eq!(left(&t.1), (vec![], vec![]));
+    }
+
+    /// A batch refused now on a database whose last commit is old is recorded at that
+    /// commit's version: pruning that commit's changelog record keeps the refusal, so a
+    /// retry is still refused rather than applied after later batches.
+    #[test]
+    fn a_fresh_refusal_outlives_its_old_version() {
+        let now = now_micros();
+        let hour = 3_600_000_000;
+        let t = store(
+            "refusal",
+            [now - 4 * hour, now - 3 * hour, now - 2 * hour, now - hour],
+        );
+        let refusal = BatchRecord {
+            version: 4,
+            micros: now,
+            digest: None,
+            refused: Some((hearth_core::error::ErrorCode::PermissionDenied, "no".into())),
+        };
+        let key = batch_key("db", "client", 999);
+        t.1.write_db("db", &mut |w| w.put(Tab::Batches, &key, &refusal.encode()))
+            .unwrap();
+        prune(&t.1, Duration::from_secs(1800)).unwrap();
+        assert_eq!(left(&t.1), (vec![], vec![4]), "the refusal is kept");
     }
 
     #[test]
