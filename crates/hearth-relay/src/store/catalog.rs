@@ -277,9 +277,10 @@ impl Store {
 
     /// One step of a pass from `old` to `new` definitions: the entries of at most `chunk`
     /// of `db`'s documents, from document key `from` (`None`: the first), in one write
-    /// transaction. Commits may run between steps (on any relay): they maintain both
-    /// definitions' entries while a build is under way, and remove a dropped one's, so
-    /// each step derives the entries from the documents as they are then.
+    /// transaction, under the database's head lock (commits on any relay wait for it). Commits
+    /// run between steps: they maintain both definitions' entries while a build is under
+    /// way, and remove a dropped one's, so each step derives the entries from the documents
+    /// as they are then.
     pub fn pass_chunk(
         &self,
         db: &str,
@@ -300,6 +301,11 @@ impl Store {
         // makes it durable with everything before it, and a crash before that leaves a
         // change that is finished from the documents anyway.
         self.write(self.shard_index(db), false, &mut |w| {
+            // The head's lock first, as a commit takes it: no other relay's commit changes
+            // these documents between their reading here and their entries' writing (it
+            // would leave the entries of a state that is gone). Under PostgreSQL's read
+            // committed, the reads after the lock see every commit before it.
+            w.lock_head(db)?;
             let rows = w.range(Tab::Documents, &from, &end, false, chunk)?;
             for (_, v) in &rows {
                 let doc = decode_document(v).map_err(|e| StoreError::Corrupt {
