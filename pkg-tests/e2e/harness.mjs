@@ -11,35 +11,10 @@ import { chromium } from 'playwright-core';
 
 export const root = new URL('../../', import.meta.url).pathname;
 
-/** Starts hearth-relay on a free loopback port with a fresh data directory. */
+/** Starts hearth-relay on a free loopback port with a fresh data directory: `url`, `http` and
+ *  `stop()` (and what `startRelayProcess` gives). */
 export async function startRelay(extraArgs = []) {
-  const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
-  if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build -p hearth-relay --bin hearth-relay`);
-  const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
-  const proc = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', data,
-    '--indexes', join(root, 'pkg-tests/e2e/indexes.json'), '--heartbeat-ms', '500', ...extraArgs],
-  { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: 'warn' } });
-  let stderr = '';
-  proc.stderr.on('data', (d) => { stderr += d; });
-  const addr = await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`relay did not start: ${stderr}`)), 20000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (\S+)/);
-      if (m) { clearTimeout(timer); resolve(m[1]); }
-    });
-    proc.on('exit', (code) => reject(new Error(`relay exited ${code}: ${stderr}`)));
-  });
-  return {
-    url: `ws://${addr}`,
-    http: `http://${addr}`,
-    async stop() {
-      proc.kill('SIGTERM');
-      await new Promise((r) => { if (proc.exitCode !== null) r(); else proc.on('exit', r); });
-      rmSync(data, { recursive: true, force: true });
-    },
-  };
+  return startRelayProcess(extraArgs);
 }
 
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript',
@@ -202,8 +177,9 @@ export function seedGroups(lines) {
   return groups;
 }
 
-/** `startRelay`, also giving the relay's process id (`pid`) and `signal(name)` to send it a
- *  signal (`SIGHUP` reloads its rules), and `exited`, its exit as a promise. */
+/** Starts hearth-relay on a free loopback port with a fresh data directory, giving its
+ *  addresses (`url`, `http`), `stop()`, its process id (`pid`), `signal(name)` to send it a
+ *  signal (`SIGHUP` reloads its rules), `exited`, its exit as a promise, and `stderr()`. */
 export async function startRelayProcess(extraArgs = []) {
   const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
   if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build -p hearth-relay --bin hearth-relay`);

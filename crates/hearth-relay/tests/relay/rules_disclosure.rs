@@ -14,7 +14,7 @@ use hearth_core::value::Value;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::harness::*;
-use crate::rules_listens::{next, raw_in, token, until_snapshot};
+use crate::rules_listens::{next, raw_in, start_with, token, until_snapshot};
 
 const SECRET: &str = "rules-disclosure-client-secret";
 const SERVICE: &str = "rules-disclosure-service-secret";
@@ -41,27 +41,23 @@ service cloud.firestore {
 
 /// A relay with `RULES` and a service client that wrote `vault/exists`.
 async fn start(tag: &str) -> (TempDir, Relay) {
-    let dir = TempDir::new(tag);
-    let rules = dir.file("firestore.rules", RULES);
-    let relay = Relay::fresh(&[
-        "--rules",
-        rules.to_str().unwrap(),
-        "--auth-secret",
-        SECRET,
-        "--service-secret",
-        SERVICE,
-    ]);
-    let service = within(hearth_client::Client::connect(
-        &relay.url(),
-        DB,
-        &unique("s"),
-        &token(SERVICE, "job"),
-    ))
-    .await
-    .unwrap();
+    let (dir, relay, service) = start_with(tag, RULES, (SECRET, SERVICE), DB).await;
     let vault = Mutation::set(name("vault/exists"), map([("secret", s("42"))]));
     within(service.write(vec![vault])).await.unwrap();
     (dir, relay)
+}
+
+/// A client of `DB` signed in as `sub`.
+async fn client(relay: &Relay, sub: &str) -> hearth_client::Client {
+    let id = unique(sub);
+    within(hearth_client::Client::connect(
+        &relay.url(),
+        DB,
+        &id,
+        &token(SECRET, sub),
+    ))
+    .await
+    .unwrap()
 }
 
 /// The relay's answer to one `Write` frame (its error's code and message, the name of the
@@ -158,25 +154,11 @@ async fn a_refused_write_says_nothing_of_whether_the_document_exists() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_listen_names_no_document_outside_its_result() {
     let (_dir, relay) = start("rules-disclosure-resume").await;
-    let alice = within(hearth_client::Client::connect(
-        &relay.url(),
-        DB,
-        &unique("a"),
-        &token(SECRET, "alice"),
-    ))
-    .await
-    .unwrap();
+    let alice = client(&relay, "alice").await;
     let note = |id: &str, owner: &str| {
         Mutation::set(name(&format!("notes/{id}")), map([("owner", s(owner))]))
     };
-    let mallory = within(hearth_client::Client::connect(
-        &relay.url(),
-        DB,
-        &unique("m"),
-        &token(SECRET, "mallory"),
-    ))
-    .await
-    .unwrap();
+    let mallory = client(&relay, "mallory").await;
     within(mallory.write(vec![note("mallory-1", "mallory")]))
         .await
         .unwrap();

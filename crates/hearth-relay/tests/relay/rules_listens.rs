@@ -113,18 +113,29 @@ pub(crate) fn changes(messages: &[ServerMessage]) -> Vec<DocumentChange> {
 
 /// A relay with `RULES` (kept in the returned directory) and a service client of `DB`.
 async fn start(tag: &str) -> (TempDir, Relay, Client) {
+    start_with(tag, RULES, (SECRET, SERVICE), DB).await
+}
+
+/// A relay with the rules `text` (kept in the returned directory), client tokens signed
+/// with `secret` and service tokens with `service`, and a service client of database `db`.
+pub(crate) async fn start_with(
+    tag: &str,
+    text: &str,
+    (secret, service): (&str, &str),
+    db: &str,
+) -> (TempDir, Relay, Client) {
     let dir = TempDir::new(tag);
-    let rules = dir.file("firestore.rules", RULES);
+    let rules = dir.file("firestore.rules", text);
     let relay = Relay::fresh(&[
         "--rules",
         rules.to_str().unwrap(),
         "--auth-secret",
-        SECRET,
+        secret,
         "--service-secret",
-        SERVICE,
+        service,
     ]);
-    let (url, id, token) = (relay.url(), unique("s"), token(SERVICE, "job"));
-    let service = within(Client::connect(&url, DB, &id, &token))
+    let (url, id, token) = (relay.url(), unique("s"), token(service, "job"));
+    let service = within(Client::connect(&url, db, &id, &token))
         .await
         .unwrap();
     (dir, relay, service)
