@@ -399,47 +399,6 @@ impl Committer {
     }
 }
 
-/// The security rules' decision on a batch, before anything about the stored documents is
-/// told: `get` on each document a transaction read (at its state now), then the writes as
-/// intended (preconditions taken to hold, `Mutation::apply_as_intended`), per document with
-/// the batch applied, all or nothing. `Some(refusal)` when the rules refuse.
-fn rules_first(
-    access: &crate::rules::Access,
-    db: &str,
-    req: &WriteRequest,
-    ctx: &ApplyContext,
-    read_doc: &dyn Fn(&DocumentName) -> Result<Option<Document>, StoreError>,
-) -> Result<Option<WriteError>, StoreError> {
-    let before = |name: &DocumentName| read_doc(name).map_err(|e| e.to_string());
-    let reader = crate::rules::FnReader(&before);
-    for (name, _) in &req.reads {
-        let doc = read_doc(name)?;
-        if let Err(denied) = access.check_get(db, name, doc.as_ref(), &reader) {
-            return Ok(Some(WriteError::new(ErrorCode::PermissionDenied, denied)));
-        }
-    }
-    let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
-    for m in &req.mutations {
-        let pos = overlay.iter().position(|(n, _, _)| *n == m.name);
-        let base = match pos {
-            Some(i) => overlay[i].2.clone(),
-            None => read_doc(&m.name)?,
-        };
-        // A malformed write is refused by the checked apply that follows, with its error.
-        let Ok(new) = m.apply_as_intended(base.as_ref(), ctx) else {
-            return Ok(None);
-        };
-        match pos {
-            Some(i) => overlay[i].2 = new,
-            None => overlay.push((m.name.clone(), base, new)),
-        }
-    }
-    Ok(access
-        .check_writes(db, &overlay, &before, ctx.commit_time)
-        .err()
-        .map(|denied| WriteError::new(ErrorCode::PermissionDenied, denied)))
-}
-
 pub(crate) fn now_micros() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -574,7 +533,11 @@ fn apply_in(
             // The security rules decide first: nothing about a stored document (whether
             // it exists, its version, a conflict) is told to a caller they refuse.
             let denied = match &req.access {
-                Some(access) => rules_first(access, db, req, &ctx, &|n| read_doc(&*w, n))?,
+                Some(access) => {
+                    access.decide_batch(db, (&req.mutations, &req.reads), &ctx, &|n| {
+                        read_doc(&*w, n)
+                    })?
+                }
                 None => None,
             };
             // Transaction reads must be unchanged.

@@ -26,9 +26,13 @@ use hearth_core::value::{Map, Timestamp, Value};
 use hearth_rules::{Auth, Decision, Method, Reader, Request, Ruleset};
 
 use crate::auth::AuthContext;
+use crate::commit::WriteError;
 use crate::fanout::TargetGuard;
 use crate::metrics::Metrics;
+use crate::store::StoreError;
 use crate::store::{DatabaseView, Store};
+use hearth_core::error::ErrorCode;
+use hearth_core::mutation::{ApplyContext, Mutation};
 
 pub use hearth_rules::{DOCUMENT_READS_BATCH, DOCUMENT_READS_SINGLE};
 
@@ -352,6 +356,52 @@ impl Access {
             }
         }
         Ok(())
+    }
+}
+
+/// A batch's writes and its transaction's reads, as the committer holds them.
+pub type BatchParts<'a> = (&'a [Mutation], &'a [(DocumentName, Option<u64>)]);
+
+impl Access {
+    /// The rules' decision on a batch, before anything about the stored documents is told:
+    /// `get` on each document a transaction read (at its state now), then the writes as
+    /// intended (preconditions taken to hold, `Mutation::apply_as_intended`), per document
+    /// with the batch applied, all or nothing. `Some(refusal)` when the rules refuse.
+    pub fn decide_batch(
+        &self,
+        db: &str,
+        (mutations, reads): BatchParts<'_>,
+        ctx: &ApplyContext,
+        read_doc: &dyn Fn(&DocumentName) -> Result<Option<Document>, StoreError>,
+    ) -> Result<Option<WriteError>, StoreError> {
+        let before = |name: &DocumentName| read_doc(name).map_err(|e| e.to_string());
+        let reader = FnReader(&before);
+        for (name, _) in reads {
+            let doc = read_doc(name)?;
+            if let Err(denied) = self.check_get(db, name, doc.as_ref(), &reader) {
+                return Ok(Some(WriteError::new(ErrorCode::PermissionDenied, denied)));
+            }
+        }
+        let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
+        for m in mutations {
+            let pos = overlay.iter().position(|(n, _, _)| *n == m.name);
+            let base = match pos {
+                Some(i) => overlay[i].2.clone(),
+                None => read_doc(&m.name)?,
+            };
+            // A malformed write is refused by the checked apply that follows, with its error.
+            let Ok(new) = m.apply_as_intended(base.as_ref(), ctx) else {
+                return Ok(None);
+            };
+            match pos {
+                Some(i) => overlay[i].2 = new,
+                None => overlay.push((m.name.clone(), base, new)),
+            }
+        }
+        Ok(self
+            .check_writes(db, &overlay, &before, ctx.commit_time)
+            .err()
+            .map(|denied| WriteError::new(ErrorCode::PermissionDenied, denied)))
     }
 }
 

@@ -62,6 +62,8 @@ pub async fn run(
             }
         }
     });
+    #[cfg(unix)]
+    survive_file_size_limit();
     let reloader = tokio::spawn(reload_rules(relay.clone()));
     let mut http = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -159,6 +161,23 @@ fn reprove_logged(relay: &Relay) {
         ended,
         "listens proved again under the reloaded rules; those no longer allowed ended"
     );
+}
+
+/// Keeps the process alive when a store file would grow past the process's file size limit
+/// (`ulimit -f`): the signal's default is to end the process; with it handled, the write
+/// fails with an error instead, the round is answered `unavailable`, and the store recovers
+/// once the limit allows (as from a full disk).
+#[cfg(unix)]
+fn survive_file_size_limit() {
+    // SIGXFSZ is 25 on Linux and the BSDs.
+    let kind = tokio::signal::unix::SignalKind::from_raw(25);
+    if let Ok(mut sig) = tokio::signal::unix::signal(kind) {
+        tokio::spawn(async move {
+            while sig.recv().await.is_some() {
+                tracing::warn!("a store file reached the process's file size limit (SIGXFSZ): its write failed");
+            }
+        });
+    }
 }
 
 async fn reload_rules(relay: Arc<Relay>) {

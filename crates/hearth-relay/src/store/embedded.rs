@@ -3,7 +3,8 @@
 //! ([`super::shard_of`]), each shard with its own writer. A database's head is its `meta`
 //! record `version/<db>`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -94,8 +95,87 @@ pub fn shard_file_name(i: usize) -> String {
 
 /// The redb files of a store directory.
 pub(super) struct Embedded {
-    shards: Vec<redb::Database>,
+    shards: Vec<Shard>,
     dir: String,
+}
+
+/// One redb file. After a failed I/O redb refuses every later operation ("previous I/O
+/// error") until the file is opened again: the shard then drops its handle, and the next
+/// operation opens the file again (redb recovers it from its last commit), so a full disk
+/// freed or a transient device error ends without a restart.
+struct Shard {
+    /// The file.
+    path: PathBuf,
+    /// Its page cache.
+    cache: usize,
+    /// The open file; `None` after an I/O failure, until it opens again.
+    db: RwLock<Option<Arc<redb::Database>>>,
+}
+
+impl Shard {
+    fn new(path: PathBuf, cache: usize, db: redb::Database) -> Shard {
+        Shard {
+            path,
+            cache,
+            db: RwLock::new(Some(Arc::new(db))),
+        }
+    }
+
+    /// The open file, opened again first if an I/O failure closed it.
+    fn handle(&self) -> Result<Arc<redb::Database>, StoreError> {
+        if let Some(db) = self.db.read().ok().and_then(|d| d.clone()) {
+            return Ok(db);
+        }
+        let mut slot = self
+            .db
+            .write()
+            .map_err(|_| StoreError::Redb("a shard's lock is poisoned".into()))?;
+        if let Some(db) = slot.as_ref() {
+            return Ok(db.clone());
+        }
+        // Fails while reads begun before the failure still hold the file: the next
+        // operation tries again.
+        let db = redb::Database::builder()
+            .set_cache_size(self.cache)
+            .create(&self.path)?;
+        tracing::warn!(file = %self.path.display(), "store file opened again after an I/O failure");
+        let db = Arc::new(db);
+        *slot = Some(db.clone());
+        Ok(db)
+    }
+
+    /// After an operation on `db` failed: if redb now refuses everything for a previous
+    /// I/O failure, the handle is dropped so that the next operation opens the file again.
+    fn after_error(&self, db: &Arc<redb::Database>) {
+        let latched = matches!(
+            db.try_begin_write(),
+            Err(redb::TransactionError::Storage(
+                redb::StorageError::PreviousIo
+            ))
+        );
+        if !latched {
+            return;
+        }
+        if let Ok(mut slot) = self.db.write() {
+            if slot.as_ref().is_some_and(|d| Arc::ptr_eq(d, db)) {
+                tracing::error!(file = %self.path.display(), "store file failed an I/O: it is opened again at its next use");
+                *slot = None;
+            }
+        }
+    }
+
+    /// Runs `f` on the open file; an error that latched redb closes it for reopening.
+    fn run<T>(
+        &self,
+        f: impl FnOnce(&Arc<redb::Database>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let db = self.handle()?;
+        let out = f(&db);
+        if out.is_err() {
+            self.after_error(&db);
+        }
+        out
+    }
 }
 
 impl Embedded {
@@ -115,10 +195,10 @@ impl Embedded {
         let first = dir.join(shard_file_name(0));
         let wanted = shards.clamp(1, MAX_STORE_SHARDS);
         let existing = first.exists();
-        let open = |path: std::path::PathBuf, cache: usize| -> Result<redb::Database, StoreError> {
+        let open = |path: PathBuf, cache: usize| -> Result<Shard, StoreError> {
             let db = redb::Database::builder()
                 .set_cache_size(cache)
-                .create(path)?;
+                .create(&path)?;
             let txn = db.begin_write()?;
             {
                 for t in [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches] {
@@ -127,11 +207,11 @@ impl Embedded {
                 txn.open_table(META)?;
             }
             txn.commit()?;
-            Ok(db)
+            Ok(Shard::new(path, cache, db))
         };
         let zero = open(first, cache_bytes / wanted)?;
         let n = if existing {
-            let txn = zero.begin_read()?;
+            let txn = zero.handle()?.begin_read()?;
             let meta = txn.open_table(META)?;
             let stored = meta.get(SHARDS_RECORD)?.map(|v| read_u64(v.value()));
             match stored {
@@ -168,7 +248,7 @@ impl Embedded {
         if !existing {
             // Written last: a store whose creation was cut short has no record, and is
             // read as the one-shard layout it then is (its other files are empty).
-            let txn = all[0].begin_write()?;
+            let txn = all[0].handle()?.begin_write()?;
             txn.open_table(META)?
                 .insert(SHARDS_RECORD, (n as u64).to_be_bytes().as_slice())?;
             txn.commit()?;
@@ -190,50 +270,46 @@ impl Backend for Embedded {
     }
 
     fn read(&self, shard: usize) -> Result<Box<dyn ReadTxn>, StoreError> {
-        let txn = self.shards[shard].begin_read()?;
-        let snapshot: RedbRead = open_tables!(txn);
-        Ok(Box::new(snapshot))
+        self.shards[shard].run(|db| {
+            let txn = db.begin_read()?;
+            let snapshot: RedbRead = open_tables!(txn);
+            Ok(Box::new(snapshot) as Box<dyn ReadTxn>)
+        })
     }
 
     fn write(&self, shard: usize, durable: bool, work: WriteFn<'_>) -> Result<(), StoreError> {
-        let mut txn = self.shards[shard].begin_write()?;
-        // Without `durable` no fsync of its own: the next durable commit makes it durable
-        // with everything before it.
-        txn.set_durability(if durable {
-            redb::Durability::Immediate
-        } else {
-            redb::Durability::None
-        })?;
-        {
-            let mut w: RedbWrite<'_> = open_tables!(txn);
-            work(&mut w)?;
+        self.shards[shard].run(|db| {
+            let mut txn = db.begin_write()?;
+            // Without `durable` no fsync of its own: the next durable commit makes it
+            // durable with everything before it.
+            txn.set_durability(if durable {
+                redb::Durability::Immediate
+            } else {
+                redb::Durability::None
+            })?;
+            {
+                let mut w: RedbWrite<'_> = open_tables!(txn);
+                work(&mut w)?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Whether every shard file takes writes: one that failed an I/O is opened again here
+    /// (and is unavailable while it cannot be). A writer busy on it counts as working.
+    fn ping(&self) -> Result<(), StoreError> {
+        for shard in &self.shards {
+            shard.run(|db| match db.try_begin_write() {
+                Err(redb::TransactionError::Storage(e)) => Err(e.into()),
+                _ => Ok(()),
+            })?;
         }
-        txn.commit()?;
         Ok(())
     }
 
     fn heads(&self, shard: usize) -> Result<Vec<(String, Head)>, StoreError> {
-        let txn = self.shards[shard].begin_read()?;
-        let meta = txn.open_table(META)?;
-        let mut out = Vec::new();
-        for row in meta.range("version/".."version0")? {
-            let (k, v) = row?;
-            let name = k.value()["version/".len()..].to_owned();
-            let (version, micros) = decode_head(v.value());
-            let catalog = meta
-                .get(catalog_key(&name).as_str())?
-                .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
-                .map_or(0, u64::from_be_bytes);
-            out.push((
-                name,
-                Head {
-                    version,
-                    micros,
-                    catalog,
-                },
-            ));
-        }
-        Ok(out)
+        self.shards[shard].run(heads_of)
     }
 
     fn describe(&self) -> String {
@@ -246,6 +322,31 @@ type RowGuards<'a> = (
     redb::AccessGuard<'a, &'static [u8]>,
     redb::AccessGuard<'a, &'static [u8]>,
 );
+
+/// Every database's head in shard file `db`.
+fn heads_of(db: &Arc<redb::Database>) -> Result<Vec<(String, Head)>, StoreError> {
+    let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    let mut out = Vec::new();
+    for row in meta.range("version/".."version0")? {
+        let (k, v) = row?;
+        let name = k.value()["version/".len()..].to_owned();
+        let (version, micros) = decode_head(v.value());
+        let catalog = meta
+            .get(catalog_key(&name).as_str())?
+            .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
+            .map_or(0, u64::from_be_bytes);
+        out.push((
+            name,
+            Head {
+                version,
+                micros,
+                catalog,
+            },
+        ));
+    }
+    Ok(out)
+}
 
 /// Reads `start..end` of a redb table, in either direction, at most `limit` rows.
 fn range_of<T: ReadableTable<&'static [u8], &'static [u8]>>(

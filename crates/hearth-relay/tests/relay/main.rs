@@ -27,4 +27,5 @@ mod rules_listens;
 mod scale_out;
 mod scale_out_indexes;
 mod shards;
+mod store_faults;
 mod writes;
