@@ -412,15 +412,16 @@ async fn a_relay_behind_the_changelog_ends_its_listens_and_they_resume_with_a_re
 async fn a_crash_of_postgres_loses_no_acknowledged_write() {
     let server = crate::pg::Own::start("crash");
     let url = server.0.url("crash");
-    let relay = Relay::fresh(&["--postgres", &url]);
-    let c = Arc::new(relay.client(DB).await);
+    let relay = Arc::new(Relay::fresh(&["--postgres", &url]));
     let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
     let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..4 {
-        let (c, acked, failed, stop) = (c.clone(), acked.clone(), failed.clone(), stop.clone());
+        let (relay, acked, failed, stop) =
+            (relay.clone(), acked.clone(), failed.clone(), stop.clone());
         writers.push(tokio::spawn(async move {
+            let mut c = relay.client(DB).await;
             let mut i = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let path = format!("items/w{w}i{i}");
@@ -428,10 +429,16 @@ async fn a_crash_of_postgres_loses_no_acknowledged_write() {
                 match within(c.write(vec![m])).await {
                     Ok(_) => acked.lock().unwrap().push((path, i)),
                     // Refused while PostgreSQL is down: not acknowledged, may or may not
-                    // have committed.
+                    // have committed. The relay applies no later write of that connection
+                    // (none may commit out of order): the writer connects again.
                     Err(_) => {
                         failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(20)).await;
+                        if let Ok(fresh) =
+                            tokio::time::timeout(Duration::from_secs(5), relay.client(DB)).await
+                        {
+                            c = fresh;
+                        }
                     }
                 }
                 i += 1;
