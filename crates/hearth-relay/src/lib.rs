@@ -14,7 +14,8 @@
 //! [`run`], the accept loop with its drain (`server`), the database policy (`databases`),
 //! the fan-out thread (`fanout_thread`), index backfills and `--auto-index` (`indexes`),
 //! write idempotency records (`idempotency`), changelog pruning (`retention`), the
-//! supervision of the relay's threads (`supervise`), [`auth`], [`metrics`] and [`outbound`].
+//! supervision of the relay's threads (`supervise`), a shared store's outages ([`outage`]),
+//! [`auth`], [`metrics`] and [`outbound`].
 
 pub mod auth;
 pub mod commit;
@@ -26,6 +27,7 @@ mod fanout_thread;
 mod idempotency;
 mod indexes;
 pub mod metrics;
+pub mod outage;
 pub mod outbound;
 mod retention;
 pub mod rules;

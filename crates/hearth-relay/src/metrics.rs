@@ -50,6 +50,8 @@ pub struct Metrics {
     poll_catch_ups: AtomicU64,
     /// Time from another relay's commit to this relay's fan-out.
     tail_lag: Histogram,
+    /// Outages of a shared store: the one under way, and counts.
+    outages: crate::outage::Outages,
     /// Series labelled by database, keyed and rendered in name order.
     databases: Mutex<BTreeMap<String, DatabaseSeries>>,
     /// Protocol errors by kind. The static key bounds the number of series.
@@ -144,6 +146,7 @@ impl Metrics {
             slow_consumers_dropped: AtomicU64::new(0),
             poll_catch_ups: AtomicU64::new(0),
             tail_lag: Histogram::new(SECONDS_BUCKETS),
+            outages: Default::default(),
             databases: Mutex::new(BTreeMap::new()),
             protocol_errors: Mutex::new(BTreeMap::new()),
             connections_refused: Mutex::new(BTreeMap::new()),
@@ -221,6 +224,11 @@ impl Metrics {
     /// them was committed.
     pub fn tail_lag(&self, micros: i64) {
         self.tail_lag.observe(micros.max(0) as f64 / 1e6);
+    }
+
+    /// A shared store's outages (`/healthz` asks whether one is under way).
+    pub fn store_outages(&self) -> &crate::outage::Outages {
+        &self.outages
     }
 
     pub fn slow_consumer_dropped(&self) {
@@ -343,6 +351,7 @@ impl Metrics {
             "hearth_notification_lag_seconds",
             "Time from another relay's commit to its changes reaching this relay's fan-out.",
         );
+        self.outages.render(&mut out);
         family(
             &mut out,
             "hearth_protocol_errors_total",
@@ -462,7 +471,7 @@ impl Histogram {
 }
 
 /// Writes the `# HELP` and `# TYPE` lines that open a metric family.
-fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+pub(crate) fn family(out: &mut String, name: &str, help: &str, kind: &str) {
     out.push_str("# HELP ");
     out.push_str(name);
     out.push(' ');
@@ -482,7 +491,7 @@ fn family(out: &mut String, name: &str, help: &str, kind: &str) {
 }
 
 /// Writes one sample line, escaping label values.
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &dyn Display) {
+pub(crate) fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &dyn Display) {
     out.push_str(name);
     if !labels.is_empty() {
         out.push('{');

@@ -12,6 +12,15 @@
 //! sequence of snapshots, none with part of a batch, whichever relay wrote it.
 //! Notifications only cut latency: the poll alone keeps it correct. The poll also finds
 //! index definitions another relay changed, and loads them for new connections' `Welcome`.
+//!
+//! Outages: a poll or a catch-up that fails to reach the store (the backend bounds every
+//! call), or the loss of the notification connection, begins an outage
+//! (`crate::outage`): the relay is degraded (`/healthz` answers 503), closes its idle
+//! connections and its notification connection (they may be dead), and polls again with a
+//! backoff (up to [`MAX_RETRY`]). A database whose catch-up failed stays to be caught up,
+//! its later commits waiting for it, from the last version handed on. The outage ends,
+//! with a log line, once a poll reached the store, every database open here was caught up
+//! to the heads it read and the notification connection is back.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -67,62 +76,200 @@ pub(crate) fn spawn(
     Ok(())
 }
 
+/// The longest wait between two polls of the heads while the store cannot be reached
+/// (the first is the configured period, doubled after each failure).
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// How often a relay still degraded says so again in its log.
+const REMIND: Duration = Duration::from_secs(10);
+
+/// The tail thread's state.
+struct Tail {
+    /// Per database open here: the last version handed to the fan-out.
+    applied: HashMap<String, u64>,
+    /// Databases to catch up with the store; one whose catch-up failed stays until one
+    /// succeeds (its commits in the meantime wait for it, in order).
+    dirty: BTreeSet<String>,
+    /// The poll's period while all is well.
+    poll: Duration,
+    /// When the heads are polled next.
+    next_poll: Instant,
+    /// The wait before the next poll while degraded.
+    retry: Duration,
+    /// Why the notification connection is down (`None`: up, or not listened to).
+    unheard: Option<String>,
+    /// While degraded: when that was last logged, and the catch-ups made since it began.
+    outage: Option<(Instant, u64)>,
+}
+
 /// The tail's loop, until the relay is gone.
 fn run(relay: &Weak<Relay>, events: &Receiver<Event>, forward: &Forward, poll: Duration) {
-    // Per database open here: the last version handed to the fan-out.
-    let mut applied: HashMap<String, u64> = HashMap::new();
-    let mut next_poll = Instant::now() + poll;
+    let mut tail = Tail {
+        applied: HashMap::new(),
+        dirty: BTreeSet::new(),
+        poll,
+        next_poll: Instant::now() + poll,
+        retry: poll,
+        unheard: None,
+        outage: None,
+    };
     loop {
         let mut heard = Vec::new();
-        match events.recv_timeout(next_poll.saturating_duration_since(Instant::now())) {
+        match events.recv_timeout(tail.next_poll.saturating_duration_since(Instant::now())) {
             Ok(e) => heard.push(e),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
         heard.extend(events.try_iter());
         let Some(relay) = relay.upgrade() else { return };
-        let mut dirty: BTreeSet<String> = BTreeSet::new();
-        let mut poll_now = Instant::now() >= next_poll;
+        let mut poll_now = Instant::now() >= tail.next_poll;
         for e in heard {
-            match e {
-                Event::Own(round, at) => own(&relay, round, at, &mut applied, &mut dirty, forward),
-                Event::Heard(Watched::Head { db, version }) => {
-                    if let Some(d) = relay.database_if_open(&db) {
-                        if version > *applied.entry(db.clone()).or_insert(d.opened_at()) {
-                            dirty.insert(db);
-                        }
-                    }
-                }
-                Event::Heard(Watched::Reconnected) => poll_now = true,
-            }
+            poll_now |= tail.take(&relay, e, forward);
         }
-        if poll_now {
-            next_poll = Instant::now() + poll;
-            match relay.store().heads() {
-                Ok(heads) => {
-                    for (db, head) in heads {
-                        if let Some(d) = relay.database_if_open(&db) {
-                            if head.catalog > d.catalog_generation() {
-                                if let Err(e) = refresh_catalog(&relay, &db) {
-                                    tracing::warn!(database = %db, error = %e, "reading changed index definitions failed");
-                                }
-                            }
-                            if head.version > *applied.entry(db.clone()).or_insert(d.opened_at()) {
-                                relay.metrics().poll_catch_up();
-                                dirty.insert(db);
-                            }
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "polling the store's heads failed"),
-            }
-        }
+        let polled = poll_now && tail.poll_heads(&relay);
+        // Not while the poll just failed to reach the store: tried again at its next turn.
+        let dirty = match poll_now && !polled {
+            true => BTreeSet::new(),
+            false => std::mem::take(&mut tail.dirty),
+        };
         for db in dirty {
-            if let Err(e) = catch_up(&relay, &db, &mut applied, forward) {
-                // Tried again at the next event or poll.
-                tracing::warn!(database = %db, error = %e, "catching up with the store failed");
+            let began = Instant::now();
+            match catch_up(&relay, &db, &mut tail.applied, forward) {
+                Ok(delivered) => {
+                    if let (true, Some((_, n))) = (delivered, &mut tail.outage) {
+                        *n += 1;
+                        relay.metrics().store_outages().caught_up();
+                    }
+                }
+                Err(e) => {
+                    // Tried again at the next turn.
+                    let reason = format!("catching up database `{db}` failed: {e}");
+                    tail.failed(&relay, reason, began);
+                    tail.dirty.insert(db);
+                }
             }
         }
+        if polled && tail.dirty.is_empty() && tail.unheard.is_none() {
+            tail.recovered(&relay);
+        }
+    }
+}
+
+impl Tail {
+    /// Takes one event in: whether the heads are to be polled now.
+    fn take(&mut self, relay: &Relay, e: Event, forward: &Forward) -> bool {
+        match e {
+            Event::Own(round, at) => {
+                own(
+                    relay,
+                    round,
+                    at,
+                    &mut self.applied,
+                    &mut self.dirty,
+                    forward,
+                );
+            }
+            Event::Heard(Watched::Head { db, version }) => {
+                if let Some(d) = relay.database_if_open(&db) {
+                    if version > *self.applied.entry(db.clone()).or_insert(d.opened_at()) {
+                        self.dirty.insert(db);
+                    }
+                }
+            }
+            Event::Heard(Watched::Reconnected) => {
+                self.unheard = None;
+                return true;
+            }
+            Event::Heard(Watched::Lost { reason }) => {
+                self.failed(relay, reason.clone(), Instant::now());
+                self.unheard = Some(reason);
+            }
+        }
+        false
+    }
+
+    /// Polls the heads: each database open here that is ahead of what was handed on is
+    /// to be caught up, and changed index definitions are loaded. Whether it succeeded.
+    fn poll_heads(&mut self, relay: &Relay) -> bool {
+        let began = Instant::now();
+        let heads = relay.store().heads();
+        self.next_poll = Instant::now()
+            + match (&heads, &self.outage) {
+                (Ok(_), None) => self.poll,
+                _ => {
+                    self.retry = (self.retry * 2).min(MAX_RETRY);
+                    self.retry
+                }
+            };
+        let heads = match heads {
+            Ok(heads) => heads,
+            Err(e) => {
+                self.failed(
+                    relay,
+                    format!("polling the store's heads failed: {e}"),
+                    began,
+                );
+                return false;
+            }
+        };
+        for (db, head) in heads {
+            let Some(d) = relay.database_if_open(&db) else {
+                continue;
+            };
+            if head.catalog > d.catalog_generation() {
+                if let Err(e) = refresh_catalog(relay, &db) {
+                    tracing::warn!(database = %db, error = %e, "reading changed index definitions failed");
+                }
+            }
+            if head.version > *self.applied.entry(db.clone()).or_insert(d.opened_at()) {
+                relay.metrics().poll_catch_up();
+                self.dirty.insert(db);
+            }
+        }
+        true
+    }
+
+    /// A failure to reach the store (or to hear it) of an attempt begun at `began`: the
+    /// relay is degraded from the first until it has caught up again. Logged when it
+    /// begins, then every [`REMIND`].
+    fn failed(&mut self, relay: &Relay, reason: String, began: Instant) {
+        let now = Instant::now();
+        if relay
+            .metrics()
+            .store_outages()
+            .failed(reason.clone(), began)
+        {
+            tracing::warn!(
+                %reason,
+                "the store cannot be reached: this relay is degraded (its listeners miss other \
+                 relays' commits) until it has caught up with the store again"
+            );
+            self.outage = Some((now, 0));
+            self.retry = self.poll;
+            // Connections opened before may be dead: new ones are opened as needed.
+            relay.store().drop_idle_connections();
+        } else if let Some((logged, _)) = &mut self.outage {
+            if now.duration_since(*logged) >= REMIND {
+                *logged = now;
+                tracing::warn!(%reason, "still degraded: the store cannot be reached");
+            }
+        }
+    }
+
+    /// The store was reached, every database open here caught up with it and its
+    /// notifications are heard: the outage under way, if any, is over.
+    fn recovered(&mut self, relay: &Relay) {
+        let Some(lasted) = relay.metrics().store_outages().recovered() else {
+            return;
+        };
+        let catch_ups = self.outage.take().map_or(0, |(_, n)| n);
+        self.retry = self.poll;
+        self.next_poll = Instant::now() + self.poll;
+        tracing::info!(
+            outage_secs = lasted.as_secs_f64(),
+            catch_ups,
+            "caught up with the store again: every listener has every commit"
+        );
     }
 }
 
@@ -181,22 +328,23 @@ fn own(
 }
 
 /// Hands database `db`'s commits after the last one handed on, up to the store's head, to
-/// the fan-out as one commit at the head's version, read in one snapshot.
+/// the fan-out as one commit at the head's version, read in one snapshot: whether there
+/// were any.
 fn catch_up(
     relay: &Relay,
     db: &str,
     applied: &mut HashMap<String, u64>,
     forward: &Forward,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let Some(d) = relay.database_if_open(db) else {
-        return Ok(());
+        return Ok(false);
     };
     let last = applied.entry(db.to_owned()).or_insert(d.opened_at());
     let snap = relay.store().snapshot(db)?;
     let view = snap.database(db);
     let head = view.version()?;
     if head <= *last {
-        return Ok(());
+        return Ok(false);
     }
     let Some(mut names) = view.changes_between(*last, head)? else {
         // Fell behind the changelog's retention (this relay could not reach the store for
@@ -224,7 +372,7 @@ fn catch_up(
             }],
             Instant::now(),
         );
-        return Ok(());
+        return Ok(true);
     };
     names.sort();
     names.dedup();
@@ -251,5 +399,5 @@ fn catch_up(
         }],
         Instant::now(),
     );
-    Ok(())
+    Ok(true)
 }

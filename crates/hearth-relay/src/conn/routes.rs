@@ -124,16 +124,26 @@ async fn healthz(State(s): State<AppState>) -> Response {
         let relay = s.relay.clone();
         let ping = tokio::task::spawn_blocking(move || relay.store().ping()).await;
         let store = s.relay.store().describe();
-        match ping {
-            Ok(Ok(())) => {
+        // A shared store this relay could not reach: degraded until it has caught up.
+        let degraded = s.relay.metrics().store_outages().degraded();
+        match (ping, degraded) {
+            (Ok(Ok(())), Some((lasted, reason))) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "degraded: catching up with the store for {:.1} s ({reason})\n{rules}\nstore: {store}\n",
+                    lasted.as_secs_f64()
+                ),
+            )
+                .into_response(),
+            (Ok(Ok(())), None) => {
                 (StatusCode::OK, format!("ok\n{rules}\nstore: {store}\n")).into_response()
             }
-            Ok(Err(e)) => (
+            (Ok(Err(e)), _) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("store unavailable\n{rules}\nstore: {store}: {e}\n"),
             )
                 .into_response(),
-            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
+            (Err(_), _) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
         }
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()

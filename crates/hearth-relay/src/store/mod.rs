@@ -34,6 +34,7 @@
 
 mod catalog;
 mod embedded;
+mod pg_conn;
 mod pg_listen;
 mod pg_write;
 mod postgres;
@@ -177,6 +178,11 @@ impl Store {
     /// See [`Backend::watch`].
     pub fn watch(&self, watcher: txn::Watcher) -> bool {
         self.backend.watch(watcher)
+    }
+
+    /// See [`Backend::drop_idle_connections`].
+    pub fn drop_idle_connections(&self) {
+        self.backend.drop_idle_connections()
     }
 
     /// What the store is, for logs and `/healthz`.

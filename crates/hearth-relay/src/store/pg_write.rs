@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use deadpool_postgres::Object;
+use super::pg_conn::PgConn;
 
 use super::postgres::{head_of, sql_err, table, Reader, TABS};
 use super::txn::{Head, ReadTxn, Rows, Tab, WriteTxn};
@@ -44,7 +44,7 @@ type Job = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send
 
 /// The statements that send `rows` of table `t` (prepared on `conn`, not yet run).
 async fn table_jobs(
-    conn: &Arc<Object>,
+    conn: &Arc<PgConn>,
     t: Tab,
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     jobs: &mut Vec<Job>,
@@ -87,7 +87,7 @@ async fn table_jobs(
 /// Sends every buffered write (the heads last), then `COMMIT` when `commit`, pipelined:
 /// each request goes out when its future is first polled, in order.
 async fn send(
-    conn: Arc<Object>,
+    conn: Arc<PgConn>,
     pending: Pending,
     commit: bool,
 ) -> Result<(), tokio_postgres::Error> {
@@ -207,7 +207,7 @@ impl Ahead {
 /// the rows `keys`, pipelined: the server runs them in order, so the rows are read after
 /// the locks are taken.
 pub(super) async fn read_ahead(
-    conn: Arc<Object>,
+    conn: Arc<PgConn>,
     names: Vec<String>,
     lock: bool,
     keys: Vec<(Tab, Vec<u8>)>,

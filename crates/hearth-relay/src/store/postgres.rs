@@ -27,14 +27,16 @@
 //!
 //! The relay's code is synchronous where it touches the store (committer and fan-out
 //! threads, blocking reads); this backend runs the PostgreSQL client on a small runtime of
-//! its own and waits for each call's answer on a channel, which works from any thread.
+//! its own and waits for each call's answer on a channel, which works from any thread,
+//! never longer than a deadline; connections are opened with keepalives and server-side
+//! timeouts, and one whose call did not finish is closed, not pooled (`pg_conn.rs`).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_postgres::config::SslMode;
@@ -42,6 +44,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::pg_conn::{bound, pg_err, PgConn, Shared, CALL_DEADLINE, POLL_DEADLINE};
 use super::pg_write::{read_ahead, Ahead, PgWrite};
 use super::txn::{Backend, Head, ReadTxn, Rows, Tab, Watcher, WriteFn};
 use super::StoreError;
@@ -94,20 +97,6 @@ pub(super) fn table(t: Tab) -> &'static str {
 /// Every byte-keyed table, in [`Tab`] order.
 pub(super) const TABS: [Tab; 4] = [Tab::Documents, Tab::Index, Tab::Changelog, Tab::Batches];
 
-/// An error as a store error, with its causes (a failed TLS handshake says why).
-fn pg_err(e: impl std::error::Error) -> StoreError {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        cause = c.source();
-    }
-    StoreError::Postgres(text)
-}
-
 /// Whether `e` is a failure to serialize, which running the transaction again resolves.
 fn retryable(e: &tokio_postgres::Error) -> bool {
     matches!(
@@ -133,56 +122,6 @@ pub(super) fn sql_err(e: tokio_postgres::Error) -> StoreError {
 enum TxnError {
     Retry(String),
     Fail(StoreError),
-}
-
-/// The PostgreSQL backend's shared parts.
-struct Shared {
-    /// The client's runtime: every call runs on it.
-    runtime: Option<tokio::runtime::Runtime>,
-    /// Pooled connections for reads and writes.
-    pool: Pool,
-    /// Where it connects, without the password.
-    shown: String,
-    /// The connection settings (the LISTEN connection is made from them).
-    config: tokio_postgres::Config,
-    /// TLS, verified against `--postgres-ca` (`None`: none).
-    tls: Option<MakeRustlsConnect>,
-}
-
-impl Shared {
-    fn handle(&self) -> &tokio::runtime::Handle {
-        self.runtime.as_ref().expect("the runtime runs").handle()
-    }
-
-    /// Runs `fut` on the client's runtime and waits for it, from any thread.
-    fn wait<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = T> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.handle().spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        rx.recv()
-            .map_err(|_| StoreError::Postgres("the PostgreSQL client stopped".into()))
-    }
-
-    /// A pooled connection.
-    fn connection(&self) -> Result<Arc<Object>, StoreError> {
-        let pool = self.pool.clone();
-        let conn = self
-            .wait(async move { pool.get().await })?
-            .map_err(pg_err)?;
-        Ok(Arc::new(conn))
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
 }
 
 /// A store in a PostgreSQL database, shared by every relay that names it.
@@ -217,9 +156,10 @@ impl Postgres {
         pool_size: usize,
         tls: &PgTls,
     ) -> Result<Postgres, StoreError> {
-        let config: tokio_postgres::Config = url
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Postgres(format!("bad PostgreSQL URL: {e}")))?;
+        bound(&mut config);
         let tls = match (&tls.ca, &tls.client) {
             (Some(ca), client) => Some(tls_connector(ca, client.as_ref())?),
             (None, Some(_)) => {
@@ -254,8 +194,8 @@ impl Postgres {
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(2))
             .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .create_timeout(Some(Duration::from_secs(10)))
+            .wait_timeout(Some(CALL_DEADLINE))
+            .create_timeout(Some(CALL_DEADLINE))
             .build()
             .map_err(pg_err)?;
         let shared = Arc::new(Shared {
@@ -264,9 +204,11 @@ impl Postgres {
             shown: shown(&config),
             config,
             tls,
+            relisten: Default::default(),
         });
         let conn = shared.connection()?;
-        shared.wait(migrate(conn))??;
+        // Waits as long as another relay's migration or this one takes.
+        shared.wait_within(None, migrate(conn))??;
         Ok(Postgres { shared })
     }
 }
@@ -328,7 +270,7 @@ fn tls_connector(
 
 /// Applies the migrations the database lacks, under an advisory lock so that relays
 /// starting together migrate once.
-async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
+async fn migrate(conn: Arc<PgConn>) -> Result<(), StoreError> {
     conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(sql_err)?;
@@ -379,14 +321,14 @@ async fn migrate(conn: Arc<Object>) -> Result<(), StoreError> {
 /// Reads through one connection: a snapshot's, or a write transaction's.
 pub(super) struct Reader {
     shared: Arc<Shared>,
-    conn: Arc<Object>,
+    conn: Arc<PgConn>,
     /// A snapshot's `BEGIN`, not sent yet: it goes with the first query, in the same
     /// round trip (the client pipelines requests made together).
     begin: std::sync::Mutex<Option<&'static str>>,
 }
 
 impl Reader {
-    fn new(shared: Arc<Shared>, conn: Arc<Object>, begin: Option<&'static str>) -> Reader {
+    fn new(shared: Arc<Shared>, conn: Arc<PgConn>, begin: Option<&'static str>) -> Reader {
         Reader {
             shared,
             conn,
@@ -397,14 +339,13 @@ impl Reader {
     /// Runs `query` on the connection, after the pending `BEGIN` if there is one.
     pub(super) fn run<T: Send + 'static, F>(
         &self,
-        query: impl FnOnce(Arc<Object>) -> F + Send + 'static,
+        query: impl FnOnce(Arc<PgConn>) -> F + Send + 'static,
     ) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
         let begin = self.begin.lock().expect("begin lock").take();
-        let conn = self.conn.clone();
-        self.shared.wait(async move {
+        self.shared.call(&self.conn, move |conn| async move {
             match begin {
                 None => query(conn).await,
                 Some(sql) => {
@@ -414,7 +355,12 @@ impl Reader {
                     result
                 }
             }
-        })?
+        })
+    }
+
+    /// Whether a call on the connection did not finish: nothing more is sent on it.
+    pub(super) fn broken(&self) -> bool {
+        self.conn.broken()
     }
 
     /// Whether the transaction was begun (its `BEGIN` sent).
@@ -491,16 +437,15 @@ impl Reader {
         })
     }
 
-    /// Runs `sql` (no results) and waits.
-    pub(super) fn batch(&self, sql: &'static str) -> Result<(), tokio_postgres::Error> {
-        let conn = self.conn.clone();
-        match self
-            .shared
-            .wait(async move { conn.batch_execute(sql).await })
-        {
-            Ok(r) => r,
-            Err(_) => Ok(()),
+    /// Runs `sql` (no results) and waits; nothing on a broken connection (closed when
+    /// dropped, which ends its transaction).
+    pub(super) fn batch(&self, sql: &'static str) -> Result<(), StoreError> {
+        if self.broken() {
+            return Ok(());
         }
+        self.shared.call(&self.conn, move |conn| async move {
+            conn.batch_execute(sql).await.map_err(sql_err)
+        })
     }
 }
 
@@ -519,7 +464,7 @@ fn build_lock_key(db: &str) -> i64 {
 /// the connection goes back to the pool (and by the server if this relay dies).
 struct BuildLock {
     shared: Arc<Shared>,
-    conn: Option<Arc<Object>>,
+    conn: Option<Arc<PgConn>>,
     key: i64,
 }
 
@@ -528,9 +473,16 @@ impl Drop for BuildLock {
         let (Some(conn), key) = (self.conn.take(), self.key) else {
             return;
         };
+        if conn.broken() {
+            return;
+        }
         self.shared.handle().spawn(async move {
-            if let Err(e) = conn.execute("SELECT pg_advisory_unlock($1)", &[&key]).await {
-                tracing::warn!(error = %e, "releasing an index build lock failed");
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+            let unlock = conn.settle(conn.execute("SELECT pg_advisory_unlock($1)", &params));
+            match tokio::time::timeout(CALL_DEADLINE, unlock).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "releasing an index build lock failed"),
+                Err(_) => tracing::warn!("releasing an index build lock: no answer"),
             }
         });
     }
@@ -546,12 +498,13 @@ struct PgRead {
 
 impl Drop for PgRead {
     fn drop(&mut self) {
-        if !self.reader.begun() {
+        if !self.reader.begun() || self.reader.broken() {
             return;
         }
         let conn = self.reader.conn.clone();
         self.reader.shared.handle().spawn(async move {
-            let _ = conn.batch_execute("COMMIT").await;
+            let commit = conn.settle(conn.batch_execute("COMMIT"));
+            let _ = tokio::time::timeout(CALL_DEADLINE, commit).await;
         });
     }
 }
@@ -635,14 +588,14 @@ impl Postgres {
         let pool = self.shared.pool.clone();
         // Not waited for: a lost notification only delays the others until their poll.
         self.shared.handle().spawn(async move {
-            if let Ok(conn) = pool.get().await {
-                let _ = conn
-                    .execute(
-                        "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-                        &[&CHANNEL, &payloads],
-                    )
-                    .await;
-            }
+            let send = async {
+                let conn = PgConn::new(pool.get().await.ok()?);
+                let sql = "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p";
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&CHANNEL, &payloads];
+                let notified = conn.execute(sql, &params);
+                conn.settle(notified).await.ok()
+            };
+            let _ = tokio::time::timeout(CALL_DEADLINE, send).await;
         });
     }
 }
@@ -685,19 +638,20 @@ impl Backend for Postgres {
 
     fn heads(&self, _shard: usize) -> Result<Vec<(String, Head)>, StoreError> {
         let conn = self.shared.connection()?;
-        self.shared.wait(async move {
-            let rows = conn
-                .query(
-                    "SELECT db, version, commit_micros, catalog FROM hearth_heads ORDER BY db",
-                    &[],
-                )
-                .await
-                .map_err(sql_err)?;
-            Ok(rows
-                .into_iter()
-                .map(|r| (r.get::<_, String>(0), head_of(&r, 1)))
-                .collect())
-        })?
+        self.shared
+            .call_within(POLL_DEADLINE, &conn, |conn| async move {
+                let rows = conn
+                    .query(
+                        "SELECT db, version, commit_micros, catalog FROM hearth_heads ORDER BY db",
+                        &[],
+                    )
+                    .await
+                    .map_err(sql_err)?;
+                Ok(rows
+                    .into_iter()
+                    .map(|r| (r.get::<_, String>(0), head_of(&r, 1)))
+                    .collect())
+            })
     }
 
     fn describe(&self) -> String {
@@ -726,27 +680,33 @@ impl Backend for Postgres {
 
     fn ping(&self) -> Result<(), StoreError> {
         let pool = self.shared.pool.clone();
-        self.shared.wait(async move {
-            let check = async {
-                let conn = pool.get().await.map_err(pg_err)?;
-                conn.simple_query("SELECT 1").await.map_err(sql_err)?;
-                Ok(())
-            };
-            tokio::time::timeout(Duration::from_secs(2), check)
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Postgres("no answer in 2 s".into())))
-        })?
+        // A connection whose answer does not come in time is closed, not pooled again.
+        self.shared
+            .wait_within(Some(Duration::from_secs(2)), async move {
+                let conn = PgConn::new(pool.get().await.map_err(pg_err)?);
+                let answered = conn.settle(conn.simple_query("SELECT 1")).await;
+                answered.map(drop).map_err(sql_err)
+            })
+            .map_err(|_| StoreError::Postgres("no answer in 2 s".into()))?
+    }
+
+    fn drop_idle_connections(&self) {
+        self.shared.drop_idle();
     }
 
     fn lock_builds(&self, db: &str) -> Result<Box<dyn Send>, StoreError> {
         let key = build_lock_key(db);
         let conn = self.shared.connection()?;
-        let c = conn.clone();
-        self.shared.wait(async move {
-            c.execute("SELECT pg_advisory_lock($1)", &[&key])
-                .await
-                .map_err(sql_err)
-        })??;
+        // Tried every 200 ms (each try bounded, so an outage fails it), as long as another
+        // relay's change takes.
+        while !self.shared.call(&conn, move |c| async move {
+            let row = c
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await;
+            row.map(|r| r.get::<_, bool>(0)).map_err(sql_err)
+        })? {
+            std::thread::sleep(Duration::from_millis(200));
+        }
         Ok(Box::new(BuildLock {
             shared: self.shared.clone(),
             conn: Some(conn),
@@ -757,15 +717,16 @@ impl Backend for Postgres {
     fn watch(&self, watcher: Watcher) -> bool {
         let shared = self.shared.clone();
         let config = shared.config.clone();
+        let relisten = shared.relisten.clone();
         match shared.tls.clone() {
             Some(tls) => self
                 .shared
                 .handle()
-                .spawn(super::pg_listen::listen(config, tls, watcher)),
+                .spawn(super::pg_listen::listen(config, tls, relisten, watcher)),
             None => self
                 .shared
                 .handle()
-                .spawn(super::pg_listen::listen(config, NoTls, watcher)),
+                .spawn(super::pg_listen::listen(config, NoTls, relisten, watcher)),
         };
         true
     }

@@ -140,6 +140,9 @@ pub trait Backend: Send + Sync {
     fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
+    /// Closes the backend's idle connections to a server it could not reach (they may be
+    /// dead: the next calls open new ones). Nothing for an embedded store.
+    fn drop_idle_connections(&self) {}
     /// Waits for, and takes, database `db`'s index build lock, held until the returned
     /// value is dropped (`super::Store::lock_builds`). An embedded store has one relay,
     /// whose own lock per database serializes its builds: nothing to take.
@@ -168,6 +171,12 @@ pub enum Watched {
     /// The notification connection was (re)established: anything may have been missed
     /// before, so every head is to be read again.
     Reconnected,
+    /// The notification connection was lost, or could not be opened again (it is tried
+    /// again with a backoff): until [`Watched::Reconnected`], nothing is heard.
+    Lost {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Called with what a shared backend hears, from its own thread.

@@ -19,6 +19,7 @@ mod listens_resume;
 mod model;
 mod ops;
 mod pg;
+mod pg_faults;
 mod queries;
 mod robustness;
 mod rules;
