@@ -295,6 +295,12 @@ impl Client {
     }
 
     /// Commits `mutations` atomically under a fresh batch id; the commit version.
+    ///
+    /// A write answered `unavailable` may or may not have committed, and the relay then
+    /// applies no later write of this connection (so none commits out of order,
+    /// `docs/protocol.md` §7): connect again, and send the writes that were not
+    /// acknowledged again, in order, under their batch ids (`write_with_id`); the relay
+    /// answers a batch that did commit with its first version, never applying it twice.
     pub async fn write(&self, mutations: Vec<Mutation>) -> Result<u64, ClientError> {
         self.write_with_id(self.next_batch_id(), mutations, Vec::new())
             .await
