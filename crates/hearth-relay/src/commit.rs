@@ -97,14 +97,12 @@ pub struct WriteRequest {
     pub bytes: usize,
     /// What the security rules check each of its writes with (`None`: nothing).
     pub access: Option<crate::rules::Access>,
-    /// The submitting connection's halt: set when one of its batches failed for a
-    /// transient cause, after which none of its later batches is applied (answered
-    /// `unavailable`, nothing recorded), so a client's batches never commit out of order.
+    /// Set when a batch of its connection failed for a transient cause: its later batches
+    /// are not applied (answered `unavailable`), so none commits out of the client's order.
     pub halted: Arc<AtomicBool>,
 }
 
-/// The answer to a batch not applied because an earlier one of its connection failed for a
-/// transient cause.
+/// The answer to a batch after an earlier one of its connection failed transiently.
 fn halted_error() -> WriteError {
     WriteError::new(
         ErrorCode::Unavailable,
@@ -175,7 +173,12 @@ pub struct Committer {
     dbs: Mutex<HashMap<String, DbState>>,
     /// The store shard whose databases it commits.
     shard: usize,
+    /// Failed rounds not yet logged, and when one was last logged ([`Self::log_failure`]).
+    failures: Mutex<(u64, Option<Instant>)>,
 }
+
+/// How often failed rounds are logged during a run of them.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Observers of the committer: metrics and fan-out.
 pub trait CommitSink: Send + Sync {
@@ -199,6 +202,7 @@ impl Committer {
             cap_bytes,
             room: tokio::sync::Notify::new(),
             dbs: Mutex::new(HashMap::new()),
+            failures: Mutex::new((0, None)),
             shard,
         })
     }
@@ -332,28 +336,18 @@ impl Committer {
         let started = Instant::now();
         // Injected in tests: a round that fails before committing, or one that commits but
         // whose outcome is lost (as a connection lost at COMMIT).
-        let outcome = if round
-            .iter()
-            .any(|(db, _)| transient_fault("commit-before", db))
-        {
-            Err(StoreError::Redb(
-                "injected transient failure before commit".into(),
-            ))
+        let injected = |point| round.iter().any(|(db, _)| transient_fault(point, db));
+        let outcome = if injected("commit-before") {
+            Err(StoreError::Redb("injected failure before commit".into()))
         } else {
             let mut dbs = self.dbs.lock().expect("committer db lock");
             apply_round(store, self.shard, &mut dbs, &round, ROUND_BUDGET)
         };
         let fsync = started.elapsed();
         let outcome = match outcome {
-            Ok((_, committed))
-                if round
-                    .iter()
-                    .any(|(db, _)| transient_fault("commit-after", db)) =>
-            {
+            Ok((_, committed)) if injected("commit-after") => {
                 sink.committed(committed, 0, fsync);
-                Err(StoreError::Redb(
-                    "injected loss of a commit's outcome".into(),
-                ))
+                Err(StoreError::Redb("injected loss of an outcome".into()))
             }
             outcome => outcome,
         };
@@ -369,7 +363,7 @@ impl Committer {
                 sink.committed(committed, batches, fsync);
             }
             Err(e) => {
-                tracing::error!(error = %e, "group commit failed");
+                self.log_failure(&e);
                 // Not committed, or not known to be (a connection lost at COMMIT): the next
                 // round starts from the heads it locks, so the versions handed out are
                 // taken back, and a retry under the same batch id learns the outcome from
@@ -382,6 +376,20 @@ impl Committer {
                     )));
                 }
             }
+        }
+    }
+
+    /// Logs a failed round: the first of a run at once, then a count every [`FAILURE_LOG_EVERY`].
+    fn log_failure(&self, e: &StoreError) {
+        let Ok(mut failures) = self.failures.lock() else {
+            return;
+        };
+        let (unlogged, last) = &mut *failures;
+        *unlogged += 1;
+        if last.is_none_or(|t| t.elapsed() >= FAILURE_LOG_EVERY) {
+            tracing::error!(error = %e, rounds = *unlogged, "group commit failed");
+            *unlogged = 0;
+            *last = Some(Instant::now());
         }
     }
 
