@@ -48,6 +48,8 @@ pub struct Metrics {
     slow_consumers_dropped: AtomicU64,
     /// Other relays' commits found by polling a shared store's heads.
     poll_catch_ups: AtomicU64,
+    /// Databases whose head in a shared store was found behind what was handed on.
+    head_regressions: AtomicU64,
     /// Time from another relay's commit to this relay's fan-out.
     tail_lag: Histogram,
     /// Outages of a shared store: the one under way, and counts.
@@ -145,6 +147,7 @@ impl Metrics {
             outbound_bytes: AtomicI64::new(0),
             slow_consumers_dropped: AtomicU64::new(0),
             poll_catch_ups: AtomicU64::new(0),
+            head_regressions: AtomicU64::new(0),
             tail_lag: Histogram::new(SECONDS_BUCKETS),
             outages: Default::default(),
             databases: Mutex::new(BTreeMap::new()),
@@ -214,10 +217,14 @@ impl Metrics {
         self.outbound_bytes.fetch_add(delta, Relaxed);
     }
 
-    /// A connection was closed because its outbound queue overflowed.
     /// A shared store's poll of the heads found a commit no notification had brought.
     pub fn poll_catch_up(&self) {
         self.poll_catch_ups.fetch_add(1, Relaxed);
+    }
+
+    /// A database's head in the store was found behind what this relay handed on.
+    pub fn head_regression(&self) {
+        self.head_regressions.fetch_add(1, Relaxed);
     }
 
     /// Commits another relay made reached this relay's fan-out `micros` after the last of
@@ -345,6 +352,12 @@ impl Metrics {
             "hearth_poll_catch_ups_total",
             "Commits of other relays found by polling the shared store's heads, not by notification.",
             &self.poll_catch_ups.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "hearth_store_head_regressions_total",
+            "Databases whose head in the store went back behind what this relay had handed on (a restore, a failover to a lagging copy).",
+            &self.head_regressions.load(Relaxed),
         );
         self.tail_lag.render(
             &mut out,

@@ -100,6 +100,8 @@ struct Tail {
     unheard: Option<String>,
     /// While degraded: when that was last logged, and the catch-ups made since it began.
     outage: Option<(Instant, u64)>,
+    /// Databases whose head was found behind what was handed on (told once each).
+    regressed: BTreeSet<String>,
 }
 
 /// The tail's loop, until the relay is gone.
@@ -107,6 +109,7 @@ fn run(relay: &Weak<Relay>, events: &Receiver<Event>, forward: &Forward, poll: D
     let mut tail = Tail {
         applied: HashMap::new(),
         dirty: BTreeSet::new(),
+        regressed: BTreeSet::new(),
         poll,
         next_poll: Instant::now() + poll,
         retry: poll,
@@ -221,7 +224,21 @@ impl Tail {
                     tracing::warn!(database = %db, error = %e, "reading changed index definitions failed");
                 }
             }
-            if head.version > *self.applied.entry(db.clone()).or_insert(d.opened_at()) {
+            let applied = *self.applied.entry(db.clone()).or_insert(d.opened_at());
+            if head.version < applied && self.regressed.insert(db.clone()) {
+                // The store lost commits this relay's listeners saw: restored from a
+                // backup, or failed over to a copy that lagged. Told, not repaired: the
+                // versions handed out after it are reused.
+                relay.metrics().head_regression();
+                tracing::error!(
+                    database = %db,
+                    store = head.version,
+                    handed_on = applied,
+                    "the store's head went back behind what this relay handed on (a restore \
+                     or a failover?): restart the relays; clients keep what they saw"
+                );
+            }
+            if head.version > applied {
                 relay.metrics().poll_catch_up();
                 self.dirty.insert(db);
             }

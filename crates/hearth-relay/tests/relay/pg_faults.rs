@@ -662,3 +662,40 @@ async fn a_relay_stopped_mid_commit_stalls_the_others_only_briefly() {
     load.stop(&stop).await;
     converge(&relays, &load.watches).await;
 }
+
+/// A head that goes back behind what a relay handed on (a restore from a backup, a failover
+/// to a copy that lagged) is told: an error in the log and a metric, once per database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_goes_back_is_told() {
+    let tag = "faultheadback";
+    if !crate::pg::enabled() {
+        eprintln!("{tag}: skipped, the store is not PostgreSQL (HEARTH_TEST_STORE=postgres)");
+        return;
+    }
+    let server = crate::pg::Own::start(tag);
+    let url = server.0.url(tag);
+    let relay = Relay::fresh(&["--postgres", &url]);
+    let c = relay.client(DB).await;
+    for i in 0..5 {
+        let m = Mutation::set(name(&format!("items/h{i}")), map([("n", int(i))]));
+        within(c.write(vec![m])).await.unwrap();
+    }
+    // The store "restored" to an older state: its head two commits back.
+    server.0.sql(
+        tag,
+        &format!("UPDATE hearth_heads SET version = version - 2 WHERE db = '{DB}'"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, metrics) = http_get(relay.addr, "/metrics").await;
+        if metrics.contains("hearth_store_head_regressions_total 1") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no regression counted: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(relay.log().contains("went back"), "{}", relay.log());
+}
