@@ -178,39 +178,62 @@ export function seedGroups(lines) {
 }
 
 /** Starts hearth-relay on a free loopback port with a fresh data directory, giving its
- *  addresses (`url`, `http`), `stop()`, its process id (`pid`), `signal(name)` to send it a
- *  signal (`SIGHUP` reloads its rules), `exited`, its exit as a promise, and `stderr()`. */
+ *  addresses (`url`, `http`), `stop()` (which also removes the directory), its process id
+ *  (`pid`), `signal(name)` to send it a signal (`SIGHUP` reloads its rules), `exited`, its
+ *  exit as a promise, and `stderr()`. */
 export async function startRelayProcess(extraArgs = []) {
+  const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
+  let relay;
+  try {
+    relay = await spawnRelayAt('127.0.0.1:0', data, extraArgs);
+  } catch (e) {
+    rmSync(data, { recursive: true, force: true });
+    throw e;
+  }
+  return {
+    ...relay,
+    signal: relay.kill,
+    async stop() {
+      await relay.stop();
+      rmSync(data, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Starts hearth-relay at `addr` (`127.0.0.1:0`: a free port) on data directory `data`,
+ *  which it leaves in place, so that a relay killed with `kill(9)` can be started again on
+ *  the same directory and port (the fault tests). Gives `url`, `http`, `addr`, `pid`,
+ *  `exited`, `stderr()`, `kill(signal)` and `stop()` (SIGTERM, then waits for the exit). */
+export async function spawnRelayAt(addr, data, extraArgs = []) {
   const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
   if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build -p hearth-relay --bin hearth-relay`);
-  const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
-  const proc = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--data', data,
+  const proc = spawn(bin, ['serve', '--addr', addr, '--data', data,
     '--indexes', join(root, 'pkg-tests/e2e/indexes.json'), '--heartbeat-ms', '500', ...extraArgs],
-  { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: 'warn' } });
+  { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: process.env.HEARTH_LOG || 'warn' } });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
   const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
-  const addr = await new Promise((resolve, reject) => {
+  const bound = await new Promise((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`relay did not start: ${stderr}`)), 20000);
+    const timer = setTimeout(() => reject(new Error(`relay did not start: ${stderr}`)), 30000);
     proc.stdout.on('data', (d) => {
       out += d;
       const m = out.match(/listening on (\S+)/);
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
     proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`relay exited ${code}: ${stderr}`)); });
-  }).catch((e) => { rmSync(data, { recursive: true, force: true }); throw e; });
+  });
   return {
-    url: `ws://${addr}`,
-    http: `http://${addr}`,
+    url: `ws://${bound}`,
+    http: `http://${bound}`,
+    addr: bound,
     pid: proc.pid,
     exited,
     stderr: () => stderr,
-    signal: (name) => proc.kill(name),
+    kill: (signal) => proc.kill(signal),
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
       await exited;
-      rmSync(data, { recursive: true, force: true });
     },
   };
 }

@@ -130,6 +130,7 @@ impl Sync {
     /// later message adds to them, and applied in order, one snapshot at a time.
     fn take_snapshot(self: Rc<Self>, version: u64) {
         self.deferred.set(None);
+        self.listen_backoff_ms.set(250.0);
         let targets = self
             .targets
             .borrow_mut()
@@ -308,6 +309,15 @@ impl Sync {
                     } else if let Some(r) = self.replies.borrow_mut().remove(&request_id) {
                         r(Err(err));
                     }
+                } else if target_id != 0 && transient(code) {
+                    // The relay could not serve the listen for now (its store unreachable):
+                    // the target stays, and listens again after a backoff.
+                    self.listen_again_later(target_id, &err);
+                    if let Some(version) = self.deferred.get() {
+                        if !self.unanswered() {
+                            self.take_snapshot(version);
+                        }
+                    }
                 } else if target_id != 0 {
                     let t = self.targets.borrow_mut().remove(&target_id);
                     if let Some(name) = t.as_ref().and_then(|t| t.limbo.clone()) {
@@ -331,6 +341,48 @@ impl Sync {
                 }
             }
         }
+    }
+
+    /// The relay ended target `target_id` for a transient cause: its buffered changes are
+    /// dropped, and its Listen is sent again (with its resume version) after the listen
+    /// backoff (doubling, with jitter, up to 30 s; back to 250 ms with a snapshot), or by the
+    /// next Welcome if the connection is gone by then. Its listeners are not failed.
+    fn listen_again_later(self: &Rc<Self>, target_id: u32, err: &ClientError) {
+        {
+            let mut targets = self.targets.borrow_mut();
+            let Some(t) = targets.get_mut(&target_id) else {
+                return;
+            };
+            t.sent = false;
+            t.answered = false;
+            t.buffered.clear();
+        }
+        let delay = self.listen_backoff_ms.get();
+        self.listen_backoff_ms.set((delay * 2.0).min(30_000.0));
+        self.trace(|| format!("target t{target_id} listens again in about {delay} ms: {err:?}"));
+        let sync = Rc::downgrade(self);
+        let epoch = self.epoch.get();
+        wasm_bindgen_futures::spawn_local(async move {
+            crate::client::js::sleep(delay * (0.5 + js_sys::Math::random())).await;
+            let Some(sync) = sync.upgrade() else { return };
+            // A new connection's Welcome sends it (and every other target) itself.
+            if !sync.open.get() || sync.epoch.get() != epoch {
+                return;
+            }
+            let listen = {
+                let mut targets = sync.targets.borrow_mut();
+                let Some(t) = targets.get_mut(&target_id).filter(|t| !t.sent) else {
+                    return;
+                };
+                t.sent = true;
+                ClientMessage::Listen {
+                    target_id,
+                    query: t.query.clone(),
+                    resume_version: t.resume,
+                }
+            };
+            sync.send(&listen);
+        });
     }
 
     /// The relay could not commit a queued batch for now: nothing of the queue is rolled

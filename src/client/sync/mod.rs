@@ -127,6 +127,9 @@ pub struct Sync {
     /// transient error (`unavailable`, ...): doubles per such answer up to 30 s, back to
     /// 250 ms when a write is acknowledged. A Welcome does not reset it.
     write_backoff_ms: Cell<f64>,
+    /// The delay before a listen the relay ended for a transient cause is sent again:
+    /// doubles per such end up to 30 s, back to 250 ms when a snapshot is applied.
+    listen_backoff_ms: Cell<f64>,
     /// The relay's heartbeat interval (from Welcome): three of them in silence mean a dead
     /// link.
     heartbeat_ms: Cell<f64>,
@@ -234,6 +237,7 @@ impl Sync {
             auth_retried: Cell::new(false),
             backoff_ms: Cell::new(250.0),
             write_backoff_ms: Cell::new(250.0),
+            listen_backoff_ms: Cell::new(250.0),
             heartbeat_ms: Cell::new(5000.0),
             last_seen: Cell::new(js_sys::Date::now()),
             next_request: Cell::new(1),
