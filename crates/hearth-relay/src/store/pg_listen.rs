@@ -140,8 +140,10 @@ where
             }
             Ok(None) => break,
             Err(_) => {
-                let beat =
-                    tokio::time::timeout(HEARTBEAT_DEADLINE, client.batch_execute("SELECT 1"));
+                let beat = tokio::time::timeout(
+                    HEARTBEAT_DEADLINE,
+                    client.batch_execute("SELECT 1 AS hearth_listen_heartbeat"),
+                );
                 let lost = match beat.await {
                     Ok(Ok(())) => continue,
                     Ok(Err(e)) => format!("its heartbeat failed: {}", pg_err(e)),

@@ -284,13 +284,22 @@ async fn a_terminated_notification_connection_delays_but_never_loses_a_change() 
     let reader = relays[1].client(DB).await;
     let mut l = within(reader.listen(&items(), None)).await.unwrap();
     within(l.next()).await.unwrap();
+    // A relay's notification connection: its last statement was its LISTEN or its heartbeat.
+    let listening = format!(
+        "FROM pg_stat_activity WHERE datname = '{db}' \
+         AND (query LIKE 'LISTEN%' OR query LIKE '%hearth_listen_heartbeat%')"
+    );
     for round in 0..5i64 {
+        // Both relays listen again (each re-establishes its connection after a backoff).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while crate::pg::server().sql("postgres", &format!("SELECT count(*) {listening}")) != "2"
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let killed = crate::pg::server().sql(
             "postgres",
-            &format!(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                 WHERE datname = '{db}' AND query LIKE 'LISTEN%'"
-            ),
+            &format!("SELECT count(pg_terminate_backend(pid)) {listening}"),
         );
         assert_eq!(
             killed, "2",
