@@ -25,11 +25,10 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, chmodSync, rmSync, readdirSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { root, spawnRelayAt, startServer, startBrowser, installTracker } from './harness.mjs';
+import { root, spawnRelayAt, startServer, startBrowser, installTracker, freePort } from './harness.mjs';
 
 const run = promisify(execFile);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -68,13 +67,6 @@ const CODES = ['invalid-argument', 'not-found', 'already-exists', 'permission-de
 
 const env = { relays: [], summary: [] };
 
-async function freePort() {
-  const s = createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 // ---- PostgreSQL ----------------------------------------------------------------------
 

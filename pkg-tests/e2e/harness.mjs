@@ -3,6 +3,7 @@
 import { before, after } from 'node:test';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
+import { createServer as createNetServer } from 'node:net';
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, extname, normalize } from 'node:path';
@@ -236,4 +237,14 @@ export async function spawnRelayAt(addr, data, extraArgs = []) {
       await exited;
     },
   };
+}
+
+/** A loopback TCP port free at the time of asking (for servers the tests start on a port of
+ *  their choosing: PostgreSQL, a relay started again on its port). */
+export async function freePort() {
+  const s = createNetServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
 }

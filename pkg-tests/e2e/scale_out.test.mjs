@@ -6,20 +6,12 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, chmodSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { root, startRelay, startServer, startBrowser, installTracker, assertTrackersClean } from './harness.mjs';
+import { root, startRelay, startServer, startBrowser, installTracker, assertTrackersClean, freePort } from './harness.mjs';
 
 const env = {};
 
-async function freePort() {
-  const s = createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 before(async () => {
   env.dir = mkdtempSync(join(tmpdir(), 'hearth-e2e-pg-'));

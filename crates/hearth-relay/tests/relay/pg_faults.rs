@@ -145,6 +145,17 @@ async fn watch(relay: &Relay, i: usize, epoch: Arc<AtomicU64>) -> (hearth_client
     (c, w)
 }
 
+/// The `k`th write of writer `kind` (`m`: mixed, `r`: plain) on relay `i` in `epoch`: one of
+/// twenty documents `items/{kind}{i}d*`, saying who wrote it and when.
+fn item_write(kind: &str, i: usize, k: i64, epoch: u64) -> Mutation {
+    let fields = map([
+        ("relay", s(&format!("r{i}"))),
+        ("k", int(k)),
+        ("epoch", int(epoch as i64)),
+    ]);
+    Mutation::set(name(&format!("items/{kind}{i}d{}", k % 20)), fields)
+}
+
 /// A client of relay `i` (at `url`) that listens and writes on one connection, as the
 /// web client does: when a write is refused it closes the connection, connects again
 /// and resumes its listen from the last snapshot it had. Its writes are `items/m{i}d*`.
@@ -166,12 +177,7 @@ async fn mixed(
         let mut k = 0i64;
         while !stop.load(Ordering::SeqCst) {
             let e = epoch.load(Ordering::SeqCst);
-            let fields = map([
-                ("relay", s(&format!("r{i}"))),
-                ("k", int(k)),
-                ("epoch", int(e as i64)),
-            ]);
-            let m = Mutation::set(name(&format!("items/m{i}d{}", k % 20)), fields);
+            let m = item_write("m", i, k, e);
             k += 1;
             if within(c.write(vec![m])).await.is_ok() {
                 tokio::time::sleep(Duration::from_millis(3)).await;
@@ -235,12 +241,7 @@ fn write_on(
         let mut k = 0i64;
         while !stop.load(Ordering::SeqCst) {
             let e = epoch.load(Ordering::SeqCst);
-            let fields = map([
-                ("relay", s(&format!("r{i}"))),
-                ("k", int(k)),
-                ("epoch", int(e as i64)),
-            ]);
-            let m = Mutation::set(name(&format!("items/r{i}d{}", k % 20)), fields);
+            let m = item_write("r", i, k, e);
             match within(c.write(vec![m])).await {
                 Ok(_) if e == 1 => {
                     after.fetch_add(1, Ordering::SeqCst);
