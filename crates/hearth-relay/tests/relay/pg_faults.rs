@@ -504,12 +504,9 @@ impl Drop for Load {
 /// The scenario: listeners and writers on three relays, `fault`, writes going on after it
 /// until every relay's writers had 30 acknowledged, then every view must converge.
 async fn outage(fault: Fault, tag: &str) {
-    if !crate::pg::enabled() {
-        eprintln!("{tag}: skipped, the store is not PostgreSQL (HEARTH_TEST_STORE=postgres)");
+    let Some((server, direct)) = own_server(tag) else {
         return;
-    }
-    let server = crate::pg::Own::start(tag);
-    let direct = server.0.url(tag);
+    };
     let port: u16 = direct
         .rsplit_once(':')
         .unwrap()
@@ -592,6 +589,18 @@ async fn listeners_converge_after_a_crash_behind_a_link_that_swallows_resets() {
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+/// A PostgreSQL server of the test's own and the URL of database `tag` on it; `None` (the
+/// test skipped, saying so) when the suite does not run over PostgreSQL.
+fn own_server(tag: &str) -> Option<(crate::pg::Own, String)> {
+    if !crate::pg::enabled() {
+        eprintln!("{tag}: skipped, the store is not PostgreSQL (HEARTH_TEST_STORE=postgres)");
+        return None;
+    }
+    let server = crate::pg::Own::start(tag);
+    let url = server.0.url(tag);
+    Some((server, url))
+}
+
 fn signal(pid: u32, signal: &str) {
     run_ok(std::process::Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]));
 }
@@ -599,12 +608,9 @@ fn signal(pid: u32, signal: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_stopped_mid_commit_stalls_the_others_only_briefly() {
     let tag = "faultsigstop";
-    if !crate::pg::enabled() {
-        eprintln!("{tag}: skipped, the store is not PostgreSQL (HEARTH_TEST_STORE=postgres)");
+    let Some((server, url)) = own_server(tag) else {
         return;
-    }
-    let server = crate::pg::Own::start(tag);
-    let url = server.0.url(tag);
+    };
     let relays: Vec<Relay> = (0..RELAYS)
         .map(|_| Relay::fresh(&["--postgres", &url]))
         .collect();
@@ -669,12 +675,9 @@ async fn a_relay_stopped_mid_commit_stalls_the_others_only_briefly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_that_goes_back_is_told() {
     let tag = "faultheadback";
-    if !crate::pg::enabled() {
-        eprintln!("{tag}: skipped, the store is not PostgreSQL (HEARTH_TEST_STORE=postgres)");
+    let Some((server, url)) = own_server(tag) else {
         return;
-    }
-    let server = crate::pg::Own::start(tag);
-    let url = server.0.url(tag);
+    };
     let relay = Relay::fresh(&["--postgres", &url]);
     let c = relay.client(DB).await;
     for i in 0..5 {
