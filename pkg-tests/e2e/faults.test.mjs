@@ -6,13 +6,17 @@
 // and to the counter (tracker.js replays docChanges() and checks every snapshot). One
 // fault per test: the server crashes (`pg_ctl restart -m immediate`), stops for 3 s (`-m
 // fast`), has every relay connection terminated, a relay is killed (-9) and started again on
-// its port, a client goes offline for a few seconds; and a relay over the embedded store is
-// killed and started again on its data directory (two clients). Then the writers stop,
-// every client waits for its pending writes, and the outcomes are checked against a fresh
-// read through every relay (a fourth profile that never opened the database): no
-// acknowledged write lost, none applied twice, none rejected for a transient cause, no
-// listener ended by an error, every listener showing the fresh read within 20 s of the
-// repair, `hearth-relay check` clean. A listener ended by an error is a failure; the page
+// its port, a client goes offline for a few seconds; then four of these drawn at random, in
+// a row and overlapping (a killed relay or an offline client is repaired only after the next
+// fault). A relay over the embedded store (two clients) is killed and started again on its
+// data directory; its disk is full for a few seconds (its file size limit set and lifted
+// from outside with prlimit, no restart); and both with a client offline across them.
+// Then the writers stop, every client waits for its pending writes, and the outcomes are
+// checked against a fresh read through every relay (a fourth profile that never opened the
+// database): no acknowledged write lost, none applied twice, none rejected for a transient
+// cause, no listener ended by an error, every listener showing the fresh read within 20 s
+// of the repair, `hearth-relay check` clean (indexes whole, versions gap-free and agreeing
+// with the documents). A listener ended by an error is a failure; the page
 // then listens again, as an app would have to, so that convergence is still checked.
 // Each test prints its figures (writes attempted, acknowledged, re-sent after a
 // reconnection as seen on the WebSocket, lost; the time from the fault to each listener's
@@ -609,28 +613,121 @@ pgSchedule('offline: a client offline for a few seconds while writing', async ({
   return { restored: Date.now(), note: `client c${i} offline ${down} ms;` };
 });
 
-test('embedded: the relay over its embedded store killed (-9) and started again on its data directory', { timeout: 90000 }, async () => {
+/** A fault for the combined schedules: takes hold, and gives its repair (called later). */
+const pgFault = {
+  restart: async () => { await pgFaults.restart(); return { said: 'PostgreSQL restarted', repair: async () => {} }; },
+  stop: async () => {
+    const down = between(1000, 3000);
+    await pgFaults.stopFast();
+    // PostgreSQL comes back before the next fault: a relay started while it is down would exit.
+    await sleep(down);
+    await pgFaults.start();
+    return { said: `PostgreSQL stopped ${down} ms`, repair: async () => {} };
+  },
+  terminate: async () => ({ said: `${await pgFaults.terminate()} connections terminated`, repair: async () => {} }),
+  kill: async () => {
+    // One of the relays not down already (at most one is: its repair follows the next fault).
+    const up = [0, 1, 2].filter((i) => !env.relays[i].down);
+    const i = up[pick(up.length)];
+    const r = env.relays[i];
+    r.down = true;
+    r.proc.kill('SIGKILL');
+    await r.proc.exited;
+    return { said: `relay ${i} killed`, repair: async () => { await startPgRelay(i, r.addr); r.down = false; } };
+  },
+  offline: (browsers) => async () => {
+    const i = pick(browsers);
+    await env.browsers[i].context.setOffline(true);
+    return { said: `client c${i} offline`, repair: () => env.browsers[i].context.setOffline(false) };
+  },
+};
+
+/** Runs `faults` (each gives a fault that took hold, and its repair) one after another, a
+ *  random pause between them; a killed relay or an offline client is repaired only after the
+ *  next fault took hold, so that faults overlap. Calls `epoch()` once the first took hold;
+ *  gives `{ restored, note }`. */
+async function faultSequence(faults, epoch) {
+  const said = [];
+  let pending = null;
+  for (const [k, inflict] of faults.entries()) {
+    const f = await inflict();
+    said.push(f.said);
+    if (k === 0) await epoch();
+    if (pending) await pending();
+    pending = f.repair;
+    await sleep(between(200, 1500));
+  }
+  await pending?.();
+  return { restored: Date.now(), note: `${said.join(', then ')};` };
+}
+
+pgSchedule('combined: four faults in a row, overlapping (restart, stop, terminate, kill, offline)', async ({ epoch }) => {
+  const kinds = [pgFault.restart, pgFault.stop, pgFault.terminate, pgFault.kill, pgFault.offline(3)];
+  return faultSequence([0, 1, 2, 3].map(() => kinds[pick(kinds.length)]), epoch);
+});
+
+/** A schedule over a relay on its embedded store (two clients) whose fault is
+ *  `inflict({ epoch, relay })` (`relay.proc` is the running relay, which the fault may
+ *  replace). The store is checked with its relay stopped. */
+const embeddedSchedule = (name, inflict) => test(name, { timeout: 90000 }, async () => {
+  const key = name.split(':')[0];
   const data = mkdtempSync(join(tmpdir(), 'hearth-faults-embedded-'));
-  let relay = await spawnRelayAt('127.0.0.1:0', data);
-  const addr = relay.addr;
+  const relay = { data, proc: await spawnRelayAt('127.0.0.1:0', data) };
+  relay.addr = relay.proc.addr;
   try {
     const failures = await schedule({
-      name: 'embedded', db: 'faults-embedded', urls: [() => relay.url, () => relay.url], relays: () => [relay],
-      fault: async ({ epoch }) => {
-        const down = between(300, 1500);
-        relay.kill('SIGKILL');
-        await relay.exited;
-        await epoch();
-        await sleep(down);
-        relay = await spawnRelayAt(addr, data);
-        return { restored: Date.now(), note: `down ${down} ms;` };
-      },
-      // The embedded store is checked with its relay stopped.
-      storeCheck: async () => { await relay.stop(); return check(['--data', data]); },
+      name: key, db: `faults-${key}`, urls: [() => relay.proc.url, () => relay.proc.url], relays: () => [relay.proc],
+      fault: ({ epoch }) => inflict({ epoch, relay }),
+      storeCheck: async () => { await relay.proc.stop(); return check(['--data', data]); },
     });
     assert.deepEqual(failures, []);
   } finally {
-    await relay.stop();
+    await relay.proc.stop();
     rmSync(data, { recursive: true, force: true });
   }
+});
+
+/** Faults of a relay over its embedded store. */
+const embeddedFault = {
+  kill: (relay) => async () => {
+    relay.down = true;
+    relay.proc.kill('SIGKILL');
+    await relay.proc.exited;
+    return { said: 'relay killed', repair: async () => { relay.proc = await spawnRelayAt(relay.addr, relay.data); relay.down = false; } };
+  },
+  // A full disk: the relay's files may not grow (its file size limit, set from outside; a
+  // relay started again has none).
+  disk: (relay) => async () => {
+    const pid = relay.proc.pid;
+    await run('prlimit', ['--pid', String(pid), '--fsize=1:unlimited']);
+    // Lifted unless the relay was killed since (one started again has no limit).
+    const lift = () => run('prlimit', ['--pid', String(pid), '--fsize=unlimited:unlimited']);
+    return { said: 'disk full', repair: () => (relay.down || relay.proc.pid !== pid ? null : lift()) };
+  },
+};
+
+embeddedSchedule('embedded: the relay over its embedded store killed (-9) and started again on its data directory', async ({ epoch, relay }) => {
+  const down = between(300, 1500);
+  const f = await embeddedFault.kill(relay)();
+  await epoch();
+  await sleep(down);
+  await f.repair();
+  return { restored: Date.now(), note: `down ${down} ms;` };
+});
+
+embeddedSchedule('disk: the embedded store\'s disk full for a few seconds, then not (no restart)', async ({ epoch, relay }) => {
+  const down = between(2000, 4000);
+  const f = await embeddedFault.disk(relay)();
+  await epoch();
+  await sleep(down);
+  await f.repair();
+  return { restored: Date.now(), note: `full ${down} ms;` };
+});
+
+embeddedSchedule('embedded-combined: disk full, the relay killed while it is, a client offline across them', async ({ epoch, relay }) => {
+  // The client's spell in any place; the disk fills before the kill (a dead relay has no
+  // file size limit to set), and the relay started again has none.
+  const order = [embeddedFault.disk(relay), embeddedFault.kill(relay)];
+  order.splice(pick(3), 0, pgFault.offline(2));
+  return faultSequence(order, epoch);
 });

@@ -34,6 +34,7 @@
 
 mod catalog;
 mod embedded;
+mod history;
 mod pg_conn;
 mod pg_listen;
 mod pg_write;
@@ -286,13 +287,15 @@ impl Store {
     }
 
     /// Checks that `db`'s index table holds exactly the entries its documents produce under
-    /// `catalog`. Returns the problems found (empty when consistent).
+    /// `catalog`, and that its versions are gap-free and agree (`history`). Returns the
+    /// problems found (empty when consistent).
     pub fn check(&self, db: &str, catalog: &IndexCatalog) -> Result<Vec<String>, StoreError> {
         let prefix = db_prefix(db);
         let txn = self.read(db)?;
         // Each entry the documents produce, and the document producing it.
         let mut expected = std::collections::BTreeMap::new();
         let mut problems = Vec::new();
+        let mut versions = Vec::new();
         if txn.meta(&format!("building/{db}"))?.is_some()
             || txn.meta(&format!("dropping/{db}"))?.is_some()
         {
@@ -311,6 +314,11 @@ impl Store {
                     for e in document_entries(catalog, &doc) {
                         expected.insert(e, doc.name.clone());
                     }
+                    versions.push(history::Versions {
+                        name: doc.name,
+                        created: doc.create_version,
+                        updated: doc.update_version,
+                    });
                 }
                 Err(e) => problems.push(format!("undecodable document: {e}")),
             }
@@ -340,6 +348,7 @@ impl Store {
         if extra > 0 {
             problems.push(format!("{extra} index entries without a document"));
         }
+        problems.extend(history::problems(txn.as_ref(), db, &versions)?);
         Ok(problems)
     }
 }

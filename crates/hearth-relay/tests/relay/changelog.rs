@@ -11,7 +11,9 @@ use hearth_core::document::Document;
 use hearth_core::mutation::{FieldTransform, Mutation, SetMerge};
 use hearth_core::query::model::{Operator as Op, Query};
 use hearth_core::value::{Timestamp, Value};
-use hearth_relay::store::{db_prefix, shard_file_name, Store, Tab, BATCHES, META};
+use hearth_relay::store::{
+    db_prefix, encode_change_names, shard_file_name, Store, Tab, BATCHES, META,
+};
 use redb::ReadableTable;
 
 use crate::harness::*;
@@ -235,5 +237,43 @@ async fn old_records_load_and_commit_times_go_on_from_the_stored_one() {
     assert!(
         b > stored && b > a,
         "commit times never go back across a restart: {b:?} after {stored:?}"
+    );
+}
+
+/// `hearth-relay check` finds a store whose history has holes: a commit without its
+/// changelog record (a resume across it would be answered from an incomplete log) and a
+/// record that does not name a document changed at its version (a resume would miss it).
+#[tokio::test]
+async fn check_finds_a_history_with_holes() {
+    let dir = TempDir::new("history-holes");
+    let relay = Relay::start(dir.path(), &[]);
+    let c = relay.client(DB).await;
+    let mut versions = Vec::new();
+    for id in ["a", "b", "c"] {
+        let write = c.write(vec![Mutation::set(name(&format!("t/{id}")), map([]))]);
+        versions.push(within(write).await.unwrap());
+    }
+    within(c.close()).await;
+    stop(relay).await;
+    let (clean, said) = check_data(dir.path());
+    assert!(clean, "the untouched store: {said}");
+
+    let (b, c) = (versions[1], versions[2]);
+    edit_changelog(dir.path(), |version, record| {
+        if version == c {
+            let micros = i64::from_be_bytes(record[..8].try_into().unwrap());
+            *record = encode_change_names(micros, &[]);
+        }
+        version != b
+    });
+    let (clean, said) = check_data(dir.path());
+    assert!(!clean, "the store with holes passed: {said}");
+    assert!(
+        said.contains(&format!("changelog versions missing: {b}..={b}")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("does not name: `t/c` at {c}")),
+        "{said}"
     );
 }
