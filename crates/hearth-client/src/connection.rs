@@ -189,6 +189,15 @@ impl Shared {
                     t.buffer(kind, changes);
                 }
             }
+            ServerMessage::Existence {
+                target_id,
+                count,
+                filter,
+            } => {
+                if let Some(t) = st.targets.get_mut(&target_id) {
+                    t.existence(count, filter);
+                }
+            }
             ServerMessage::Snapshot { version } => {
                 let mut gone = Vec::new();
                 for (id, t) in st.targets.iter_mut().filter(|(_, t)| t.is_dirty()) {

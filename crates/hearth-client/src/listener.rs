@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use crate::client::Client;
 use crate::error::ClientError;
 use hearth_core::document::Document;
+use hearth_core::protocol::existence::NameFilter;
 use hearth_core::protocol::{ClientMessage, DocumentChange, TargetChangeKind};
 use hearth_core::query::matcher::Matcher;
 
@@ -21,6 +22,9 @@ pub struct ListenSnapshot {
     pub changed: Vec<DocumentChange>,
     /// Whether the relay replaced the result (a `Reset`) instead of sending a delta.
     pub reset: bool,
+    /// With a resumed delta: the relay's count of the whole result and the filter of its
+    /// names (`ServerMessage::Existence`), for checking what the resume started from.
+    pub existence: Option<(u64, NameFilter)>,
 }
 
 /// Where the reader task delivers a target's snapshots (or the error that ended it).
@@ -41,6 +45,8 @@ pub(crate) struct Target {
     reset: Option<usize>,
     /// A `TargetChange` arrived since the last snapshot (possibly an empty one).
     dirty: bool,
+    /// The `Existence` that came with the buffered changes.
+    existence: Option<(u64, NameFilter)>,
 }
 
 impl Target {
@@ -53,7 +59,14 @@ impl Target {
             buffered: Vec::new(),
             reset: None,
             dirty: false,
+            existence: None,
         }
+    }
+
+    /// Keeps an `Existence` for the next snapshot.
+    pub(crate) fn existence(&mut self, count: u64, filter: NameFilter) {
+        self.existence = Some((count, filter));
+        self.dirty = true;
     }
 
     /// Buffers a `TargetChange` until the next `Snapshot`: a `Reset` replaces what was
@@ -119,6 +132,7 @@ impl Target {
             documents: self.docs.clone(),
             changed,
             reset: reset.is_some(),
+            existence: self.existence.take(),
         }
     }
 }

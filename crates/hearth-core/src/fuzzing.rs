@@ -564,6 +564,14 @@ fn seed_messages(docs: &[Document], queries: &[Query], indexes: IndexFile) -> Se
                 },
             ],
         },
+        ServerMessage::Existence {
+            target_id: 5,
+            count: 2,
+            filter: crate::protocol::existence::NameFilter::build(
+                2,
+                [&docs[1].name, &docs[3].name],
+            ),
+        },
         ServerMessage::Snapshot { version: 41 },
         ServerMessage::Heartbeat {
             version: 41,

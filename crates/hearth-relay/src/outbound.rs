@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -25,7 +25,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::metrics::Metrics;
 use hearth_core::protocol::codec::encode_server;
-use hearth_core::protocol::ServerMessage;
+use hearth_core::protocol::{ServerMessage, PROTOCOL_VERSION};
 
 const OP_BINARY: u8 = 0x2;
 const OP_CLOSE: u8 = 0x8;
@@ -157,6 +157,9 @@ struct Shared {
 pub struct Outbound {
     /// The connection's id: the fan-out keys the connection's targets by it.
     conn: u64,
+    /// The protocol version the client's Hello named (this build's until then): what may
+    /// be sent to it.
+    protocol: Arc<AtomicU32>,
     /// The socket and its backlog, shared by every clone.
     shared: Arc<Shared>,
 }
@@ -172,6 +175,7 @@ impl Outbound {
     ) -> Outbound {
         Outbound {
             conn,
+            protocol: Arc::new(AtomicU32::new(PROTOCOL_VERSION)),
             shared: Arc::new(Shared {
                 sock,
                 state: Mutex::new(State {
@@ -196,6 +200,16 @@ impl Outbound {
     /// The connection's id.
     pub fn conn(&self) -> u64 {
         self.conn
+    }
+
+    /// The protocol version the client speaks.
+    pub fn protocol(&self) -> u32 {
+        self.protocol.load(Ordering::Relaxed)
+    }
+
+    /// Records the protocol version of the client's Hello.
+    pub fn set_protocol(&self, version: u32) {
+        self.protocol.store(version, Ordering::Relaxed);
     }
 
     /// Writes entries in order: in place when nothing waits before them, the rest into the

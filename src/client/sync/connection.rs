@@ -201,6 +201,7 @@ impl Sync {
         self.wake_settle_waiters();
         for t in self.targets.borrow_mut().values_mut() {
             t.buffered.clear();
+            t.existence = None;
             t.answered = false;
             t.sent = false;
         }

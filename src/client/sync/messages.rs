@@ -6,13 +6,12 @@ use hearth_core::error::ErrorCode;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use super::{ReceivedSnapshot, Sync, Target};
+use super::{ReceivedSnapshot, Sync};
 use crate::client::engine::{Batch, Engine};
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
-use hearth_core::protocol::codec::encode_query;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::{Query, Source};
 
@@ -119,7 +118,7 @@ impl Sync {
 
     /// Whether a listen sent on this connection has not been answered yet (limbo listens
     /// aside: they answer in their own time).
-    fn unanswered(&self) -> bool {
+    pub(super) fn unanswered(&self) -> bool {
         self.targets
             .borrow()
             .values()
@@ -128,15 +127,21 @@ impl Sync {
 
     /// A Snapshot at `version` covers the buffered changes: they are taken now, before a
     /// later message adds to them, and applied in order, one snapshot at a time.
-    fn take_snapshot(self: Rc<Self>, version: u64) {
+    pub(super) fn take_snapshot(self: Rc<Self>, version: u64) {
         self.deferred.set(None);
         self.listen_backoff_ms.set(250.0);
+        let mut existence = Vec::new();
         let targets = self
             .targets
             .borrow_mut()
             .iter_mut()
             .filter(|(_, t)| t.answered)
-            .map(|(id, t)| (*id, std::mem::take(&mut t.buffered)))
+            .map(|(id, t)| {
+                if let Some((count, filter)) = t.existence.take() {
+                    existence.push((*id, count, filter));
+                }
+                (*id, std::mem::take(&mut t.buffered))
+            })
             .collect();
         let awaiting = self.unsettled.borrow().iter().copied().collect();
         self.snapshots.borrow_mut().push_back(ReceivedSnapshot {
@@ -144,6 +149,7 @@ impl Sync {
             epoch: self.epoch.get(),
             awaiting,
             targets,
+            existence,
         });
         if !self.applying.replace(true) {
             wasm_bindgen_futures::spawn_local(async move {
@@ -251,6 +257,15 @@ impl Sync {
                     t.buffered.push((kind, changes));
                 }
             }
+            ServerMessage::Existence {
+                target_id,
+                count,
+                filter,
+            } => {
+                if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
+                    t.existence = Some((count, filter));
+                }
+            }
             ServerMessage::Snapshot { version } => {
                 // While a listen sent on this connection is unanswered (after a reconnect, the
                 // relay answers the targets one by one), the changes stay buffered for the
@@ -356,6 +371,7 @@ impl Sync {
             t.sent = false;
             t.answered = false;
             t.buffered.clear();
+            t.existence = None;
         }
         let delay = self.listen_backoff_ms.get();
         self.listen_backoff_ms.set((delay * 2.0).min(30_000.0));
@@ -442,8 +458,10 @@ impl Sync {
                 .collect();
             format!("apply snapshot {version}: {}", targets.join(" "))
         });
+        let mut checks = self.existence_checks(&engine, snapshot.existence).await;
         let mut states = States::default();
         let mut current = Vec::new();
+        let mut mismatched = Vec::new();
         {
             let mut targets = self.targets.borrow_mut();
             for (id, buffered) in snapshot.targets {
@@ -451,6 +469,7 @@ impl Sync {
                 let Some(t) = targets.get_mut(&id) else {
                     continue;
                 };
+                let mut left = BTreeSet::new();
                 for (kind, changes) in buffered {
                     if kind == TargetChangeKind::Reset {
                         t.docs.clear();
@@ -464,16 +483,26 @@ impl Sync {
                             }
                             DocumentChange::Remove(n) => {
                                 t.docs.remove(&n);
+                                left.insert(n);
                             }
                             DocumentChange::Leave(d) => {
                                 t.docs.remove(&d.name);
+                                left.insert(d.name.clone());
                                 states.offer(d.name.clone(), d.update_version, Some(d));
                             }
                             DocumentChange::Delete { name, version } => {
                                 t.docs.remove(&name);
+                                left.insert(name.clone());
                                 states.offer(name, version, None);
                             }
                         }
+                    }
+                }
+                if let Some(p) = checks.iter().position(|(c, _)| *c == id) {
+                    if !checks.swap_remove(p).1.settle(t, &left) {
+                        // Not current: it listens again from scratch below.
+                        mismatched.push(id);
+                        continue;
                     }
                 }
                 match &t.limbo {
@@ -508,6 +537,9 @@ impl Sync {
         }
         engine.store.write_relaxed(persist).await?;
         engine.targets_current(&current);
+        for id in mismatched {
+            self.listen_whole_again(id);
+        }
         Ok(())
     }
 
@@ -644,115 +676,6 @@ impl Sync {
             self.writes.borrow_mut().insert(request_id, b.id);
             self.unsettled.borrow_mut().insert(b.id);
             self.sent_order.borrow_mut().push_back(b.id);
-        }
-    }
-
-    /// Gives listener `listener` a relay target, resuming from a stored version if any.
-    ///
-    /// A query with an offset depends on the documents it skips, which its result does not
-    /// show: its target is the query without the offset and with the offset added to its
-    /// limit, so the cache holds the skipped documents too and the local view (which runs
-    /// the query with its offset) moves its window when one of them changes.
-    pub(super) fn listen(&self, listener: u64, mut query: Query) {
-        if query.offset > 0 {
-            query.limit = query
-                .limit
-                .map(|n| n.saturating_add(i64::try_from(query.offset).unwrap_or(i64::MAX)));
-            query.offset = 0;
-        }
-        let mut key = Vec::new();
-        encode_query(&query, &mut key);
-        let resume = self.stored_resume.borrow().get(&key).copied();
-        let target_id = self.add_target(Target {
-            listener,
-            query,
-            key,
-            resume,
-            docs: BTreeSet::new(),
-            buffered: Vec::new(),
-            answered: false,
-            sent: false,
-            complete: false,
-            limbo: None,
-        });
-        self.by_listener.borrow_mut().insert(listener, target_id);
-        if let Some(e) = self.engine() {
-            e.bind_target(listener, Some(target_id), resume.is_some());
-            // Refused credentials: the listen fails as the relay would fail it.
-            let refused = self.refused.borrow().clone();
-            if let Some(err) = refused {
-                self.targets.borrow_mut().remove(&target_id);
-                self.by_listener.borrow_mut().remove(&listener);
-                e.target_failed(target_id, err);
-            }
-        }
-    }
-
-    /// Listens to document `name`, in limbo, unless a limbo target already does.
-    fn listen_limbo(&self, name: DocumentName) {
-        if self.limbo.borrow().contains_key(&name) {
-            return;
-        }
-        self.trace(|| format!("limbo {name}"));
-        let query = Query::document(&name);
-        let mut key = Vec::new();
-        encode_query(&query, &mut key);
-        let target_id = self.add_target(Target {
-            listener: 0,
-            query,
-            key,
-            resume: None,
-            docs: BTreeSet::new(),
-            buffered: Vec::new(),
-            answered: false,
-            sent: false,
-            complete: false,
-            limbo: Some(name.clone()),
-        });
-        self.limbo.borrow_mut().insert(name, target_id);
-    }
-
-    /// Gives `target` an id, keeps it, and sends its Listen if the socket is welcomed (else
-    /// the next Welcome sends it). Returns the id.
-    fn add_target(&self, target: Target) -> u32 {
-        let target_id = self.next_target.get();
-        self.next_target.set(target_id + 1);
-        self.trace(|| {
-            format!(
-                "target t{target_id}: {:?} resume {:?}",
-                target.limbo.as_ref().map_or("listener", |_| "limbo"),
-                target.resume
-            )
-        });
-        let listen = ClientMessage::Listen {
-            target_id,
-            query: target.query.clone(),
-            resume_version: target.resume,
-        };
-        self.targets.borrow_mut().insert(target_id, target);
-        let sent = self.send(&listen);
-        if let Some(t) = self.targets.borrow_mut().get_mut(&target_id) {
-            t.sent = sent;
-        }
-        target_id
-    }
-
-    /// Drops listener `listener`'s target, keeping its resume version for a later listen.
-    pub(super) fn unlisten(self: &Rc<Self>, listener: u64) {
-        let Some(target_id) = self.by_listener.borrow_mut().remove(&listener) else {
-            return;
-        };
-        if let Some(t) = self.targets.borrow_mut().remove(&target_id) {
-            if let Some(v) = t.resume {
-                self.stored_resume.borrow_mut().insert(t.key, v);
-            }
-        }
-        self.send(&ClientMessage::Unlisten { target_id });
-        // A Snapshot held back for this target's answer is not to wait for it any more.
-        if let Some(version) = self.deferred.get() {
-            if !self.unanswered() {
-                self.clone().take_snapshot(version);
-            }
         }
     }
 }

@@ -7,7 +7,8 @@
 //! and their replies, and the network switch; `connection` the socket's life (connect, the
 //! heartbeat watch, drop and reconnect, the browser's `online`/`offline` events, Hello);
 //! `token` the token callback and the refresh before a JWT expires; `messages` the relay's
-//! messages and the listen targets they advance.
+//! messages and the listen targets they advance; `targets` the targets made and dropped;
+//! `existence` a resumed target checked against the relay's `Existence`.
 //!
 //! Architecture invariant: the WebSocket's event closures are owned by the `Sync` value and
 //! dropped with it; none is leaked with `forget()`.
@@ -27,11 +28,14 @@ use super::error::ClientError;
 use super::idb_store::Store;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::encode_client;
+use hearth_core::protocol::existence::NameFilter;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::Query;
 
 mod connection;
+mod existence;
 mod messages;
+mod targets;
 mod token;
 
 use self::connection::{clear_timeout, set_timeout};
@@ -75,6 +79,9 @@ struct Target {
     complete: bool,
     /// For a limbo target (no listener): the document it resolves (see `messages`).
     limbo: Option<DocumentName>,
+    /// The relay's `Existence` for a resumed target, checked at the next Snapshot
+    /// (`existence`).
+    existence: Option<(u64, NameFilter)>,
 }
 
 /// The connection state of one database.
@@ -195,6 +202,8 @@ struct ReceivedSnapshot {
     awaiting: Vec<u64>,
     /// The changes of each answered target since the previous Snapshot, by target id.
     targets: Vec<(u32, Vec<(TargetChangeKind, Vec<DocumentChange>)>)>,
+    /// The `Existence` of each resumed target among them: target, count, filter.
+    existence: Vec<(u32, u64, NameFilter)>,
 }
 
 impl Sync {

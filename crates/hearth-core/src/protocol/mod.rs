@@ -1,4 +1,4 @@
-//! Hearth's wire protocol, version 1: the messages a client and `hearth-relay` exchange over
+//! Hearth's wire protocol, version 2: the messages a client and `hearth-relay` exchange over
 //! one WebSocket, as plain data. The byte encoding is in [`codec`]; `docs/protocol.md` is the
 //! normative description a third party implements from.
 //!
@@ -6,6 +6,7 @@
 //! the glue on each side.
 
 pub mod codec;
+pub mod existence;
 
 pub use crate::error::ErrorCode;
 
@@ -15,9 +16,14 @@ use crate::mutation::Mutation;
 use crate::path::DocumentName;
 use crate::query::model::{Aggregation, Query};
 use crate::value::Value;
+use existence::NameFilter;
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol version this build speaks: 2 adds `Existence` (a relay sends it to clients
+/// of version 2 only).
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest protocol version a relay of this build still serves.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
 /// Largest frame either side accepts, in bytes (a 1 MiB document plus headroom for a batch
 /// of them is carried by several frames; one frame never needs more).
@@ -159,6 +165,18 @@ pub enum ServerMessage {
         kind: TargetChangeKind,
         /// Documents that entered, changed in, or left the result.
         changes: Vec<DocumentChange>,
+    },
+    /// After a resumed target's Delta (protocol 2): what its whole result is, so that the
+    /// client can tell the documents it kept from before the resume that the result lacks,
+    /// and whether it holds the whole result at all (see [`existence`]). Applies at the
+    /// next `Snapshot`, with the target's changes.
+    Existence {
+        /// The `Listen`'s target id.
+        target_id: u32,
+        /// How many documents the result holds.
+        count: u64,
+        /// The names in the result.
+        filter: NameFilter,
     },
     /// Every target of the connection is consistent at `version`: raise snapshots.
     Snapshot {

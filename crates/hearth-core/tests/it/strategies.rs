@@ -17,6 +17,7 @@ use hearth_core::index::config::{
 };
 use hearth_core::mutation::{FieldTransform, Mutation, MutationKind, Precondition, SetMerge};
 use hearth_core::path::{CollectionPath, DocumentName, FieldPath};
+use hearth_core::protocol::existence::NameFilter;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::{
     Aggregation, Cursor, FieldFilter, Filter, LimitType, Operator, OrderBy, Query, Source,
@@ -550,6 +551,19 @@ pub fn arb_server_message() -> impl Strategy<Value = ServerMessage> {
                 changes,
             }
         }),
+        (
+            any::<u32>(),
+            any::<u64>(),
+            any::<u8>(),
+            vec(any::<u8>(), 0..16)
+        )
+            .prop_map(
+                |(target_id, count, hashes, bits)| ServerMessage::Existence {
+                    target_id,
+                    count,
+                    filter: NameFilter::from_parts(bits, hashes),
+                }
+            ),
         any::<u64>().prop_map(|version| ServerMessage::Snapshot { version }),
         (any::<u64>(), any::<u64>())
             .prop_map(|(version, nonce)| ServerMessage::Heartbeat { version, nonce }),

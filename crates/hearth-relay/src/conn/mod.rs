@@ -40,7 +40,8 @@ use crate::state::Relay;
 use crate::store::valid_database_name;
 use hearth_core::protocol::codec::{decode_client, encode_server};
 use hearth_core::protocol::{
-    ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+    ClientMessage, ErrorCode, ServerMessage, MAX_FRAME_BYTES, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 
 use limits::Limits;
@@ -303,6 +304,7 @@ struct Opened {
 async fn hello(
     relay: &Arc<Relay>,
     limits: &Limits,
+    out: &Outbound,
     read: &mut OwnedReadHalf,
     read_buf: Vec<u8>,
 ) -> Result<Opened, Option<Bytes>> {
@@ -328,10 +330,11 @@ async fn hello(
             client_id,
             token,
         }) => {
-            if protocol_version != PROTOCOL_VERSION {
-                let msg = format!("protocol version {protocol_version} is not supported; this relay speaks {PROTOCOL_VERSION}");
+            if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol_version) {
+                let msg = format!("protocol version {protocol_version} is not supported; this relay speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}");
                 return Err(reject(ErrorCode::FailedPrecondition, msg));
             }
+            out.set_protocol(protocol_version);
             (database, client_id, token)
         }
         Ok(_) => {
@@ -440,7 +443,7 @@ impl Connection {
             relay.config().max_outbound_bytes,
             relay.metrics().clone(),
         );
-        let opened = match hello(&relay, &limits, &mut read, read_buf.to_vec()).await {
+        let opened = match hello(&relay, &limits, &out, &mut read, read_buf.to_vec()).await {
             Ok(o) => o,
             Err(Some(reply)) => return refuse(&out, &mut read, reply).await,
             Err(None) => return,
@@ -472,7 +475,7 @@ impl Connection {
         )
         .await;
         let welcome = ServerMessage::Welcome {
-            protocol_version: PROTOCOL_VERSION,
+            protocol_version: out.protocol(),
             version: db.fanout().published(),
             indexes: db.catalog().file().clone(),
             heartbeat_ms: relay.config().heartbeat.as_millis() as u32,

@@ -47,6 +47,7 @@ use hearth_core::protocol::{DocumentChange, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::QueryError;
 use hearth_core::query::view::{ChangeType, DocChange, View};
+use resume::{existence, resume_changes};
 
 /// Runs a query against the latest committed state: (documents, version).
 pub type Requery<'a> = &'a dyn Fn(&Query) -> Result<(Vec<Document>, u64), QueryError>;
@@ -123,62 +124,6 @@ fn to_wire(changes: &[DocChange], states: &RoundStates) -> Vec<DocumentChange> {
             },
         })
         .collect()
-}
-
-/// A new target's first changes: its whole result (a Reset), or for a resume, what changed
-/// since the client's version (a Delta).
-///
-/// Which documents a window (`limit`, `limitToLast`, `offset`) holds depends on the
-/// documents before it: one deleted or inserted there shifts the window without changing the
-/// documents at its edges, which a delta of the changed names misses. A windowed target
-/// therefore resumes with a Reset, followed by the changed documents outside the window, so
-/// the client learns how each document it may hold changed and never has to guess.
-///
-/// Under security rules (`guard`) a resume speaks only of documents in the result now: a
-/// document changed since the client's version that the result lacks may never have been
-/// in the client's result (another user's, say), and its name is not the caller's to learn.
-/// Whether it was cannot be told, so such a resume gets a Reset (the whole result), and a
-/// windowed one no changes outside its window.
-fn resume_changes(
-    view: &View,
-    start: Start,
-    guard: Option<&dyn TargetGuard>,
-) -> (TargetChangeKind, Vec<DocumentChange>) {
-    let whole = || {
-        view.documents()
-            .cloned()
-            .map(DocumentChange::Upsert)
-            .collect::<Vec<_>>()
-    };
-    let Start::Resume(Some(changed)) = start else {
-        return (TargetChangeKind::Reset, whole());
-    };
-    let windowed = view.query().limit.is_some() || view.query().offset > 0;
-    let version = changed.read_at;
-    let held: HashMap<&DocumentName, &Document> = if changed.states.is_empty() {
-        HashMap::new()
-    } else {
-        view.documents().map(|d| (&d.name, d)).collect()
-    };
-    if guard.is_some() && (windowed || changed.states.iter().any(|(n, _)| !held.contains_key(n))) {
-        return (TargetChangeKind::Reset, whole());
-    }
-    let (kind, mut changes) = if windowed {
-        (TargetChangeKind::Reset, whole())
-    } else {
-        (TargetChangeKind::Delta, Vec::new())
-    };
-    for (name, state) in changed.states {
-        match held.get(&name) {
-            Some(d) if !windowed => changes.push(DocumentChange::Upsert((*d).clone())),
-            Some(_) => {}
-            None => changes.push(match state {
-                Some(now) => DocumentChange::Leave(now),
-                None => DocumentChange::Delete { name, version },
-            }),
-        }
-    }
-    (kind, changes)
 }
 
 /// Subscribers from which one part's writes are split across threads.
@@ -384,9 +329,13 @@ impl Fanout {
             return Ok(Listened::Behind);
         }
         let (kind, changes) = resume_changes(&group.view, start, rules.as_deref());
+        let mut messages = target_change_messages(target_id, kind, changes);
+        if kind == TargetChangeKind::Delta && out.protocol() >= 2 {
+            messages.push(existence(target_id, &group.view));
+        }
         // Encoded before the target is added: a document the encoding refuses ends this
         // listen only.
-        let frames: Result<Vec<Bytes>, _> = target_change_messages(target_id, kind, changes)
+        let frames: Result<Vec<Bytes>, _> = messages
             .iter()
             .map(|m| try_encode_server(m).map(Bytes::from))
             .collect();
@@ -787,5 +736,6 @@ impl Fanout {
 mod frames;
 mod groups;
 mod guard;
+mod resume;
 #[cfg(test)]
 mod tests;

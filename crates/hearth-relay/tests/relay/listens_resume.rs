@@ -55,6 +55,18 @@ fn check_delta(snap: &ListenSnapshot, now: &[Document], label: &str) {
     );
     assert_eq!(names(&snap.documents), names(now), "{label}");
     assert_eq!(snap.documents, now, "{label}");
+    // With the delta, what the whole result is: its size, and a filter holding every name
+    // in it (and not those that left it: a false positive is possible, about 1 %, but these
+    // names are fixed and pass or not for good).
+    let (count, filter) = snap
+        .existence
+        .as_ref()
+        .expect("a resumed delta has its existence");
+    assert_eq!(*count, now.len() as u64, "{label}");
+    assert!(now.iter().all(|d| filter.might_contain(&d.name)), "{label}");
+    for gone in ["items/i01", "items/i02"] {
+        assert!(!filter.might_contain(&name(gone)), "{label}: {gone} left");
+    }
     let touched: HashSet<String> = [
         "items/new1",
         "items/i01",
@@ -136,6 +148,10 @@ async fn resume_after_unlisten_or_reconnect_gets_a_delta() {
     let snap = within(l.next()).await.unwrap();
     let (now, _) = within(writer.query(&q)).await.unwrap();
     assert_eq!((snap.version, &snap.documents), (v, &now));
+    assert!(
+        snap.existence.is_none(),
+        "only a resume's first delta has one"
+    );
 
     // A limited query resumes with a reset (a limited view cannot be patched from names),
     // which is still the right result.
@@ -155,6 +171,7 @@ async fn resume_after_unlisten_or_reconnect_gets_a_delta() {
     let snap = within(l.next()).await.unwrap();
     let (now, _) = within(writer.query(&lq)).await.unwrap();
     assert_eq!(snap.documents, now);
+    assert!(snap.reset && snap.existence.is_none(), "a reset is whole");
 }
 
 #[tokio::test]
@@ -294,5 +311,61 @@ async fn resume_of_an_offset_listen_is_exact() {
             assert_eq!(snap.documents, now, "{label}");
             within(c.close()).await;
         }
+    }
+}
+
+/// A client of protocol version 1 (before `Existence`) is still served, and never sent an
+/// `Existence`; one of version 2 gets it after a resumed delta, before the Snapshot.
+#[tokio::test]
+async fn existence_goes_to_clients_that_speak_it() {
+    use crate::rules_listens::{next, until_snapshot};
+    use hearth_core::protocol::codec::encode_client;
+    use hearth_core::protocol::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let relay = Relay::fresh(&[]);
+    let writer = relay.client("existence").await;
+    load_resume_data(&writer).await;
+    let q = resume_query();
+    let (_, at) = within(writer.query(&q)).await.unwrap();
+    within(writer.write(churn())).await.unwrap();
+    let (now, _) = within(writer.query(&q)).await.unwrap();
+    for version in [1, PROTOCOL_VERSION] {
+        let mut ws = raw_socket(&relay).await;
+        let hello = encode_client(&ClientMessage::Hello {
+            protocol_version: version,
+            database: "existence".into(),
+            client_id: unique("raw"),
+            token: String::new(),
+        });
+        raw_send(&mut ws, Message::Binary(hello.into())).await;
+        match next(&mut ws).await {
+            Some(ServerMessage::Welcome {
+                protocol_version, ..
+            }) => assert_eq!(protocol_version, version, "the relay speaks the client's"),
+            other => panic!("no Welcome: {other:?}"),
+        }
+        let listen = encode_client(&ClientMessage::Listen {
+            target_id: 1,
+            query: q.clone(),
+            resume_version: Some(at),
+        });
+        raw_send(&mut ws, Message::Binary(listen.into())).await;
+        let got = until_snapshot(&mut ws).await;
+        let existence: Vec<_> = got
+            .iter()
+            .filter_map(|m| match m {
+                ServerMessage::Existence { count, .. } => Some(*count),
+                _ => None,
+            })
+            .collect();
+        match version {
+            1 => assert_eq!(existence, Vec::<u64>::new(), "{got:?}"),
+            _ => assert_eq!(existence, vec![now.len() as u64], "{got:?}"),
+        }
+        assert!(
+            matches!(got.first(), Some(ServerMessage::TargetChange { .. })),
+            "{got:?}"
+        );
     }
 }

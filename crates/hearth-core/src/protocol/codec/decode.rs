@@ -15,7 +15,8 @@ use crate::query::model::{
 use crate::value::Value;
 
 use super::super::{
-    ClientMessage, DocumentChange, ServerMessage, TargetChangeKind, MAX_FRAME_BYTES,
+    existence::NameFilter, ClientMessage, DocumentChange, ServerMessage, TargetChangeKind,
+    MAX_FRAME_BYTES,
 };
 use super::{
     ty, ProtocolError, Result, ERROR_CODES, MAX_FILTER_DEPTH, MAX_INDEX_JSON_DEPTH, MAX_PREALLOC,
@@ -127,6 +128,15 @@ pub fn decode_server(b: &[u8]) -> Result<ServerMessage> {
             target_id: r.u32("target id")?,
             code: ERROR_CODES[usize::from(r.tag("error code", ERROR_CODES.len() as u8)?)],
             message: r.string()?,
+        },
+        ty::EXISTENCE => ServerMessage::Existence {
+            target_id: r.u32("target id")?,
+            count: r.varint()?,
+            filter: {
+                let hashes = r.byte()?;
+                let n = r.count()?;
+                NameFilter::from_parts(r.take(n)?.to_vec(), hashes)
+            },
         },
         tag => return Err(ProtocolError::UnknownMessageType { tag }),
     };

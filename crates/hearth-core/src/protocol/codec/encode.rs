@@ -228,6 +228,18 @@ pub fn try_encode_server(m: &ServerMessage) -> Result<Vec<u8>, MessageEncodeErro
             out.push(error_code_tag(*code));
             put_str(message, &mut out);
         }
+        ServerMessage::Existence {
+            target_id,
+            count,
+            filter,
+        } => {
+            out.push(ty::EXISTENCE);
+            put_varint(u64::from(*target_id), &mut out);
+            put_varint(*count, &mut out);
+            out.push(filter.hashes());
+            put_varint(filter.bits().len() as u64, &mut out);
+            out.extend_from_slice(filter.bits());
+        }
     }
     match refused {
         Some(e) => Err(e),

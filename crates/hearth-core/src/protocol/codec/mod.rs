@@ -27,6 +27,7 @@
 //! 0x87  Snapshot           version:u64
 //! 0x88  Heartbeat          version:u64 nonce:u64
 //! 0x89  Error              request_id:u64 target_id:u32 code:u8 message:string
+//! 0x8a  Existence          target_id:u32 count:u64 hashes:u8 bits:bytes   (protocol 2)
 //!
 //! u64, u32   = varint: unsigned LEB128 as in the document encoding (canonical, at most 10
 //!              bytes); a u32 field refuses values above u32::MAX
@@ -35,6 +36,7 @@
 //! option<T>  = 0x00 | 0x01 T
 //! list<T>    = count:varint T*count
 //! string     = len:varint utf8-bytes*len
+//! bytes      = len:varint byte*len
 //! name       = string: the document path `c/d(/c/d)*`, no leading `/`
 //! fieldpath  = list<string>: the segments, unquoted
 //! value      = a value of the document encoding (tag byte, payload)
@@ -137,6 +139,7 @@ pub mod ty {
     pub const SNAPSHOT: u8 = 0x87;
     pub const HEARTBEAT: u8 = 0x88;
     pub const ERROR: u8 = 0x89;
+    pub const EXISTENCE: u8 = 0x8a;
 }
 
 /// Why a frame could not be decoded. Offsets count from the start of the frame (or of the
