@@ -270,21 +270,21 @@ pub fn hold_open_lock(database: &str) -> Option<Function> {
 /// Whether this context is the only one holding `database` open. True where Web Locks are
 /// missing (nothing to count with).
 pub async fn alone(database: &str) -> bool {
-    let Some(locks) = locks() else {
-        return true;
-    };
-    let Some(query) = Reflect::get(&locks, &"query".into())
+    holders(database).await.is_none_or(|n| n <= 1)
+}
+
+/// How many contexts of the origin hold `database` open (its shared "open" lock); `None`
+/// where Web Locks are missing.
+pub async fn holders(database: &str) -> Option<usize> {
+    let locks = locks()?;
+    let query = Reflect::get(&locks, &"query".into())
         .ok()
-        .and_then(|q| q.dyn_into::<Function>().ok())
-    else {
-        return true;
-    };
-    let Ok(promise) = query.call0(&locks).and_then(|p| p.dyn_into::<Promise>()) else {
-        return true;
-    };
-    let Ok(snapshot) = JsFuture::from(promise).await else {
-        return true;
-    };
+        .and_then(|q| q.dyn_into::<Function>().ok())?;
+    let promise = query
+        .call0(&locks)
+        .and_then(|p| p.dyn_into::<Promise>())
+        .ok()?;
+    let snapshot = JsFuture::from(promise).await.ok()?;
     let name = lock_name(database);
     let held = Reflect::get(&snapshot, &"held".into())
         .ok()
@@ -300,5 +300,5 @@ pub async fn alone(database: &str) -> bool {
                 .count()
         })
         .unwrap_or(0);
-    held <= 1
+    Some(held)
 }

@@ -271,6 +271,20 @@ impl Hearth {
                     Some(Sync::start(&engine, ws_url(&url), token, provider).await?)
                 }
             };
+            if let Some(sync) = &sync {
+                // Another tab's upgrade closed the local database: every listener and
+                // request ends with why, and the relay is not dialled again.
+                let sync = Rc::downgrade(sync);
+                engine.store.on_closed_by_upgrade(move || {
+                    if let Some(sync) = sync.upgrade() {
+                        sync.refuse(ClientError::new(
+                            ErrorCode::FailedPrecondition,
+                            "the local database was closed so that another tab running a newer \
+                             version of the app could upgrade it; reload the page",
+                        ));
+                    }
+                });
+            }
             opened(&name, 1);
             let db = Rc::new(Db {
                 closed: std::cell::Cell::new(false),
@@ -400,6 +414,18 @@ impl Hearth {
                     ErrorCode::FailedPrecondition,
                     format!(
                         "the database {name:?} is open here: close() it before clearPersistence()"
+                    ),
+                )
+                .into());
+            }
+            // Another tab's open database may hold writes no relay has yet: refused, as
+            // Firestore's clearIndexedDbPersistence() is while an instance runs.
+            if super::cache::holders(&name).await.is_some_and(|n| n > 0) {
+                return Err(ClientError::new(
+                    ErrorCode::FailedPrecondition,
+                    format!(
+                        "the database {name:?} is open in another tab or worker of this app: \
+                         close() it there before clearPersistence()"
                     ),
                 )
                 .into());

@@ -164,20 +164,16 @@ impl Engine {
         cache_budget: Option<u64>,
     ) -> Result<Rc<Engine>, ClientError> {
         let store = IdbStore::open(name).await?;
+        // One id for every context of the origin, even two opening a fresh database at
+        // once: the write queue they share is the relay's idempotency key with it.
         let client_id = match store.get_meta(META_CLIENT_ID).await? {
-            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            Some(b) => b,
             None => {
                 let id = crate::auto_id();
-                store
-                    .write(vec![WriteOp::Put {
-                        store: Store::Meta,
-                        key: Key::Text(META_CLIENT_ID.into()),
-                        value: id.as_bytes().to_vec(),
-                    }])
-                    .await?;
-                id
+                store.meta_or_put(META_CLIENT_ID, id.as_bytes()).await?
             }
         };
+        let client_id = String::from_utf8_lossy(&client_id).into_owned();
         let file = match indexes {
             Some(f) => f,
             None => match store.get_meta(META_INDEXES).await? {

@@ -73,10 +73,10 @@ mod ops;
 mod read;
 
 use hearth_core::error::ErrorCode;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use js_sys::Array;
+use js_sys::{Array, Reflect};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Event, IdbDatabase, IdbTransaction};
@@ -105,13 +105,19 @@ struct Inner {
     /// Set when the connection was closed, so later calls report why instead of IndexedDB's
     /// bare `InvalidStateError`. Shared with the `versionchange` handler.
     closed: Rc<Cell<Closed>>,
-    /// Closes the connection when another context upgrades or deletes the database.
+    /// Closes the connection when another context upgrades the database.
     _on_version_change: Closure<dyn FnMut(Event)>,
+    /// Called once the connection was closed for another context's upgrade (the API ends
+    /// the database's listeners and requests with it).
+    on_closed: ClosedHook,
     /// Whether `IDBObjectStore.getAllRecords` exists (IndexedDB 3.0).
     has_get_all_records: bool,
     /// How [`IdbRead`] scans (a benchmark knob; [`ScanMethod::Auto`] otherwise).
     scan_method: Cell<ScanMethod>,
 }
+
+/// What runs when another context's upgrade closed the connection.
+type ClosedHook = Rc<RefCell<Option<Box<dyn FnOnce()>>>>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Closed {
@@ -226,11 +232,22 @@ impl IdbStore {
             ));
         }
         let closed = Rc::new(Cell::new(Closed::Open));
+        let on_closed = ClosedHook::default();
         let on_version_change = {
-            let (db, closed) = (db.clone(), closed.clone());
-            Closure::<dyn FnMut(Event)>::new(move |_: Event| {
+            let (db, closed, hook) = (db.clone(), closed.clone(), on_closed.clone());
+            Closure::<dyn FnMut(Event)>::new(move |e: Event| {
+                // A deletion (`newVersion` null) is refused while this context is open: it
+                // may hold writes no relay has yet (`clearPersistence` checks first where
+                // Web Locks tell it, so this is the fallback).
+                let new_version = Reflect::get(&e, &"newVersion".into()).unwrap_or(JsValue::NULL);
+                if new_version.is_null() {
+                    return;
+                }
                 db.close();
                 closed.set(Closed::ByVersionChange);
+                if let Some(f) = hook.borrow_mut().take() {
+                    f();
+                }
             })
         };
         db.set_onversionchange(Some(on_version_change.as_ref().unchecked_ref()));
@@ -240,6 +257,7 @@ impl IdbStore {
                 name: name.to_owned(),
                 closed,
                 _on_version_change: on_version_change,
+                on_closed,
                 has_get_all_records: js::has_get_all_records(),
                 scan_method: Cell::new(ScanMethod::Auto),
             }),
@@ -266,6 +284,11 @@ impl IdbStore {
                 ),
             )),
         }
+    }
+
+    /// Calls `f` once if another context's upgrade closes the connection.
+    pub fn on_closed_by_upgrade(&self, f: impl FnOnce() + 'static) {
+        *self.inner.on_closed.borrow_mut() = Some(Box::new(f));
     }
 
     /// Closes the connection (for every clone) once running transactions finish; later calls
@@ -403,6 +426,35 @@ impl IdbStore {
     /// A value of `meta`.
     pub async fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>, ClientError> {
         self.read().await?.get_meta(key).await
+    }
+
+    /// The value of `meta` record `key`, first set to `value` if there is none. Atomic
+    /// across contexts: the record is added (which fails once it exists) in a transaction
+    /// of its own, so two contexts that find none at once end up with the same value.
+    pub async fn meta_or_put(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, ClientError> {
+        const WHAT: &str = "setting a `meta` record";
+        let names: Array = [JsValue::from_str(Store::Meta.name())]
+            .into_iter()
+            .collect();
+        let options = js::object(&[("durability", &JsValue::from_str("strict"))]);
+        let tx = self
+            .check_open()
+            .and_then(|()| {
+                js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
+            })
+            .map_err(|e| self.error(WHAT, &e))?;
+        let events = TxEvents::new(&tx);
+        let added = tx
+            .object_store(Store::Meta.name())
+            .and_then(|s| s.add_with_key(&js::value(value), &JsValue::from_str(key)));
+        // Refused (the record exists): the transaction aborts, and the stored value wins.
+        let _ = (added, events.done().await);
+        self.get_meta(key).await?.ok_or_else(|| {
+            ClientError::new(
+                ErrorCode::Unavailable,
+                format!("{WHAT}: `{key}` is missing after it was set"),
+            )
+        })
     }
 
     /// Every row of `store` in key order, keys as bytes (numeric keys as 8 big-endian bytes,

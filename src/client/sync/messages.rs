@@ -516,26 +516,27 @@ impl Sync {
             }
         }
         engine.mark_current(&current);
+        // The current targets' resume versions go in the documents' transaction.
+        let persist: Vec<WriteOp> = {
+            let targets = self.targets.borrow();
+            (current.iter().filter_map(|id| targets.get(id)))
+                .map(|t| WriteOp::Put {
+                    store: Store::Targets,
+                    key: Key::Bytes(t.key.clone()),
+                    value: version.to_be_bytes().to_vec(),
+                })
+                .collect()
+        };
         engine
-            .server_documents(states.into_list(), version, true)
+            .listen_snapshot(states.into_list(), version, persist)
             .await?;
-        engine.forget_absent(version);
-        self.resolve_limbo(&engine);
-        let mut persist = Vec::new();
-        {
-            let mut targets = self.targets.borrow_mut();
-            for id in &current {
-                if let Some(t) = targets.get_mut(id) {
-                    t.resume = Some(version);
-                    persist.push(WriteOp::Put {
-                        store: Store::Targets,
-                        key: Key::Bytes(t.key.clone()),
-                        value: version.to_be_bytes().to_vec(),
-                    });
-                }
+        for id in &current {
+            if let Some(t) = self.targets.borrow_mut().get_mut(id) {
+                t.resume = Some(version);
             }
         }
-        engine.store.write_relaxed(persist).await?;
+        engine.forget_absent(version);
+        self.resolve_limbo(&engine);
         engine.targets_current(&current);
         for id in mismatched {
             self.listen_whole_again(id);

@@ -493,7 +493,7 @@ impl Sync {
     /// is not opened again until `setToken()` or `enableNetwork()`; requests waiting on it
     /// fail with `err`, and so does every listener (its error callback), as a refused
     /// listen does. Queued writes stay queued, sent once the relay accepts a token.
-    pub(super) fn refuse(self: &Rc<Self>, err: ClientError) {
+    pub(crate) fn refuse(self: &Rc<Self>, err: ClientError) {
         self.trace(|| format!("refused: {}", err.message));
         self.refused.replace(Some(err.clone()));
         self.detach_socket();
