@@ -1,11 +1,30 @@
 // The contexts of one origin sharing a database (issue 23), in headless Chromium against a
 // real hearth-relay: what they share must be one thing, however they race.
 // Run: node --test pkg-tests/e2e/origin.test.mjs
-import { test } from 'node:test';
+import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { useEnvironment } from './harness.mjs';
+import { startBrowser, useEnvironment } from './harness.mjs';
 
 const env = useEnvironment();
+/** Another browser profile, for reads that must not share this origin's IndexedDB. */
+let other;
+before(async () => { other = await startBrowser(); });
+after(async () => { await other?.stop(); });
+
+/** Document `path` of database `name` as the relay has it, read from the other profile. */
+async function relayHas(name, path) {
+  const p = await other.page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+  try {
+    return await p.evaluate(async ({ name, url, path }) => {
+      const db = await window.hearth.Hearth.open({ name, relay: url });
+      const s = await db.doc(path).get({ source: 'server' });
+      await db.close();
+      return s.exists ? s.data() : null;
+    }, { name, url: env.relay.url, path });
+  } finally {
+    await p.close();
+  }
+}
 
 test('tabs opening a fresh database at once share one client id (the write queue\'s idempotency key)', { timeout: 60000 }, async () => {
   const tabs = await Promise.all([env.page(), env.page(), env.page()]);
@@ -82,6 +101,29 @@ test('a tab whose database another tab upgrades ends its listeners and requests 
   const before = sockets;
   await new Promise((r) => setTimeout(r, 3000));
   assert.equal(sockets, before, 'no reconnection after the database was closed');
+  await a.close();
+  await b.close();
+});
+
+test('a write made in a tab that is offline reaches the relay through another tab that is online, and its promise settles', { timeout: 60000 }, async () => {
+  const name = 'through-another-tab';
+  const [a, b] = await Promise.all([env.page(), env.page()]);
+  await env.open(a, name);
+  await env.open(b, name);
+  await a.evaluate(async () => {
+    await window.db.disableNetwork();
+    window.written = window.db.doc('notes/n').set({ v: 1 }).then(() => 'ok', (e) => e.code);
+  });
+  const t0 = Date.now();
+  let got = null;
+  while (got === null && Date.now() - t0 < 8000) {
+    got = await relayHas(name, 'notes/n');
+    if (got === null) await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.deepEqual(got, { v: 1 }, `not on the relay ${Date.now() - t0} ms after the write`);
+  console.log(`origin: the offline tab's write was on the relay within ${Date.now() - t0} ms`);
+  const settled = await a.evaluate(() => Promise.race([window.written, new Promise((r) => setTimeout(() => r('unsettled'), 5000))]));
+  assert.equal(settled, 'ok');
   await a.close();
   await b.close();
 });

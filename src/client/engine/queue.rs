@@ -695,7 +695,21 @@ impl Engine {
                 }
             }
             queue.sort_by_key(|b| b.id);
+            let new: Vec<Batch> = {
+                let held = self.queue.borrow();
+                (queue.iter().filter(|b| held.iter().all(|h| h.id != b.id)))
+                    .cloned()
+                    .collect()
+            };
             *self.queue.borrow_mut() = queue;
+            // Another context's new batches go to the relay from here too, if this context
+            // is online: that one may be offline, or closed right after writing (the relay
+            // answers a batch it has already committed with that commit).
+            if let Some(send) = self.on_batch.borrow().as_ref() {
+                for b in &new {
+                    send(b);
+                }
+            }
         }
         drop(guard);
         self.local_changed_without_broadcast(changed).await;

@@ -603,13 +603,20 @@ impl Sync {
     /// Waits until every batch `snapshot` may cover has been settled by the engine; false
     /// when its connection is gone meanwhile (it is then not applied).
     async fn wait_settled(&self, snapshot: &ReceivedSnapshot) -> bool {
+        self.wait_unsettled(snapshot.epoch, &snapshot.awaiting)
+            .await
+    }
+
+    /// Waits until none of `batches` is sent and unsettled on connection `epoch`; false
+    /// when the connection is gone meanwhile.
+    async fn wait_unsettled(&self, epoch: u64, batches: &[u64]) -> bool {
         loop {
-            if self.epoch.get() != snapshot.epoch {
+            if self.epoch.get() != epoch {
                 return false;
             }
             let waiting = {
                 let unsettled = self.unsettled.borrow();
-                snapshot.awaiting.iter().any(|b| unsettled.contains(b))
+                batches.iter().any(|b| unsettled.contains(b))
             };
             if !waiting {
                 return true;
