@@ -157,3 +157,55 @@ test('a write the local database cannot store rejects, listeners go back, and ea
   await p.close();
   await own.stop();
 });
+
+test('eviction keeps what offset listeners skip, and their windows stay right across a change and a reload', { timeout: 120000 }, async () => {
+  const name = 'cache-offset';
+  let p = await page();
+  await installTracker(p);
+  const want = (from, count) => Array.from({ length: 10 }, (_, i) => i).slice(from, count === undefined ? undefined : from + count);
+  const listen = () => p.evaluate(async ({ url, name }) => {
+    window.db = await window.hearth.Hearth.open({ name, relay: url, cacheSizeBytes: 1024 * 1024 });
+    const q = window.db.collection('win').orderBy('n');
+    window.skip3 = window.track(q.offset(3), { includeMetadataChanges: true });
+    window.skip3limit2 = window.track(q.offset(3).limit(2), { includeMetadataChanges: true });
+  }, { url: env.relay.url, name });
+  const shown = () => p.evaluate(() => ({
+    skip3: window.skip3.list.map((d) => JSON.parse(d.data).n),
+    skip3limit2: window.skip3limit2.list.map((d) => JSON.parse(d.data).n),
+  }));
+  await listen();
+  // The window's documents are the oldest written: the first an eviction would take.
+  await p.evaluate(async () => {
+    const b = window.db.batch();
+    for (let i = 0; i < 10; i++) b.set(window.db.doc(`win/w${i}`), { n: i, filler: 'y'.repeat(6000) });
+    await b.commit();
+  });
+  await p.waitForFunction(() => window.skip3.list.length === 7 && window.skip3limit2.list.length === 2);
+  await writeBulk(p, 300, 6000);
+  let bytes = Infinity;
+  for (let i = 0; i < 100 && bytes > MiB; i++) {
+    bytes = await p.evaluate(() => window.db.cacheSizeBytes());
+    if (bytes > MiB) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(bytes <= 0.75 * MiB, `${bytes} bytes cached`);
+  const skipped = await p.evaluate(async () => (await window.db.collection('win').get({ source: 'cache' })).docs.map((d) => d.data().n));
+  assert.deepEqual(skipped.sort((a, b) => a - b), want(0), 'every document of the windows and what they skip is cached');
+  // A change inside the window moves nothing; one before it shifts it.
+  await p.evaluate(() => window.db.doc('win/w1').update({ n: 1.5 }));
+  await p.evaluate(() => window.db.doc('win/w1').update({ n: 1 }));
+  await new Promise((r) => setTimeout(r, 300));
+  assert.deepEqual(await shown(), { skip3: want(3), skip3limit2: want(3, 2) });
+  await assertTrackersClean(p);
+  // After a reload the listens resume (or start again): the same windows.
+  await p.reload();
+  await p.waitForFunction(() => window.hearthReady === true);
+  await installTracker(p);
+  await listen();
+  await p.waitForFunction(() => window.skip3.snaps.some((s) => !s.cache) && window.skip3limit2.snaps.some((s) => !s.cache));
+  await p.evaluate(() => window.db.doc('win/w0').delete());
+  await new Promise((r) => setTimeout(r, 500));
+  assert.deepEqual(await shown(), { skip3: want(4), skip3limit2: want(4, 2) });
+  await assertTrackersClean(p);
+  await p.evaluate(() => window.db.close());
+  await p.close();
+});

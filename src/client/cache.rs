@@ -18,12 +18,16 @@
 //!   [`TARGET`], so a collection is followed by at least 15 % of the budget in writes before
 //!   the next. The walk and the deletions hold the engine's write lock.
 //! - **Resume points**: a target's stored resume version promises the cache holds its
-//!   result; after an eviction the sync layer drops the stored resume versions of targets
-//!   not being listened to, so they are fetched whole next time.
+//!   result; an eviction deletes every stored one in its own transaction (listened targets
+//!   keep theirs in memory and store it again with their next snapshot), and the sync layer
+//!   forgets those it kept in memory for targets not being listened to, so they are fetched
+//!   whole next time. A query with an offset holds the documents it skips too (its target
+//!   is the query without the offset, see `sync`).
 //! - **Tabs**: another tab's listeners hold documents this tab cannot see, so a tab only
 //!   collects while it is the only one with the database open (a shared Web Lock per open
-//!   database, counted with `navigator.locks.query()`); otherwise collection waits for a
-//!   later trigger. Where Web Locks are missing, collection proceeds.
+//!   database, counted with `navigator.locks.query()`), checked before the walk and again
+//!   before the deletions; otherwise collection waits for a later trigger. Where Web Locks
+//!   are missing, nothing is evicted.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};
@@ -149,7 +153,7 @@ impl Cache {
             self.end(None);
             return Ok(0);
         }
-        let result = collect_locked(store, lock, budget, held).await;
+        let result = collect_locked(database, store, lock, budget, held).await;
         self.end(result.as_ref().ok().map(|r| r.1));
         Ok(result?.0)
     }
@@ -157,6 +161,7 @@ impl Cache {
 
 /// The walk and the deletions, under the write lock: (documents evicted, bytes after).
 async fn collect_locked(
+    database: &str,
     store: &IdbStore,
     lock: &AsyncLock,
     budget: u64,
@@ -172,17 +177,27 @@ async fn collect_locked(
     let target = (budget as f64 * TARGET) as u64;
     let (victims, after) = victims(usage, &held, target);
     let count = victims.len();
-    store
-        .write(
-            victims
-                .into_iter()
-                .map(|key| WriteOp::Delete {
-                    store: Store::Documents,
-                    key: Key::Bytes(key),
-                })
-                .collect(),
-        )
-        .await?;
+    // Another context may have opened the database during the walk: its listeners hold
+    // documents this one cannot see.
+    if count == 0 || !alone(database).await {
+        return Ok((0, total));
+    }
+    let mut ops: Vec<WriteOp> = victims
+        .into_iter()
+        .map(|key| WriteOp::Delete {
+            store: Store::Documents,
+            key: Key::Bytes(key),
+        })
+        .collect();
+    // Every stored resume version goes with them, in the same transaction: each promised
+    // that the cache holds its target's result. Listened targets keep theirs in memory
+    // (their documents are held) and store it again with their next snapshot.
+    ops.push(WriteOp::DeleteRange {
+        store: Store::Targets,
+        start: Vec::new(),
+        end: vec![0xff],
+    });
+    store.write(ops).await?;
     Ok((count, after))
 }
 
@@ -267,10 +282,10 @@ pub fn hold_open_lock(database: &str) -> Option<Function> {
     Some(release_now.unchecked_into())
 }
 
-/// Whether this context is the only one holding `database` open. True where Web Locks are
-/// missing (nothing to count with).
+/// Whether this context is the only one holding `database` open. False where Web Locks are
+/// missing (nothing to count with: another context's listeners may hold anything).
 pub async fn alone(database: &str) -> bool {
-    holders(database).await.is_none_or(|n| n <= 1)
+    holders(database).await.is_some_and(|n| n <= 1)
 }
 
 /// How many contexts of the origin hold `database` open (its shared "open" lock); `None`

@@ -613,6 +613,24 @@ impl Engine {
         held
     }
 
+    /// The queries of listeners with an offset, without it and with the offset added to
+    /// their limit: the documents they skip are held too (their window moves onto them, and
+    /// their relay target, the same query, counts them in its result).
+    pub(super) fn skipping_queries(&self) -> Vec<Query> {
+        (self.listeners.borrow().values())
+            .filter_map(|l| match &l.watched {
+                Watched::Query(view) if view.query().offset > 0 => Some(view.query().clone()),
+                _ => None,
+            })
+            .map(|mut q| {
+                let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+                q.limit = q.limit.map(|n| n.saturating_add(offset));
+                q.offset = 0;
+                q
+            })
+            .collect()
+    }
+
     /// Runs queued callbacks. Called only when no engine borrow is held.
     pub fn flush(&self) {
         loop {

@@ -328,6 +328,16 @@ impl Engine {
     /// writes of every tab (from the `mutations` store).
     async fn held_keys(&self) -> Result<HashSet<Vec<u8>>, ClientError> {
         let mut held: HashSet<Vec<u8>> = self.held_names().iter().map(document_key).collect();
+        // What offset listeners skip.
+        let skipping = self.skipping_queries();
+        if !skipping.is_empty() {
+            let read = self.store.read().await?;
+            let catalog = self.catalog.borrow().clone();
+            for q in &skipping {
+                let docs = run_query(&read, &catalog, q).await?;
+                held.extend(docs.iter().map(|d| document_key(&d.name)));
+            }
+        }
         // Pending writes of every tab.
         for (k, v) in self.store.all(Store::Mutations).await? {
             let id =

@@ -89,31 +89,11 @@ impl Sync {
     }
 
     /// After an eviction the cache may lack documents of targets not being listened to:
-    /// their resume versions go (in memory and stored), so they are fetched whole next time.
-    /// Listened targets keep theirs: their documents are held.
+    /// the resume versions kept in memory for them go (the eviction deleted the stored ones
+    /// in its own transaction), so they are fetched whole next time. Listened targets keep
+    /// theirs: their documents are held.
     pub(super) fn forget_resume_points(&self) {
-        let active: BTreeSet<Vec<u8>> = self
-            .targets
-            .borrow()
-            .values()
-            .map(|t| t.key.clone())
-            .collect();
         self.stored_resume.borrow_mut().clear();
-        let Some(engine) = self.engine() else { return };
-        wasm_bindgen_futures::spawn_local(async move {
-            let Ok(rows) = engine.store.all(Store::Targets).await else {
-                return;
-            };
-            let ops: Vec<WriteOp> = rows
-                .into_iter()
-                .filter(|(k, _)| !active.contains(k))
-                .map(|(k, _)| WriteOp::Delete {
-                    store: Store::Targets,
-                    key: Key::Bytes(k),
-                })
-                .collect();
-            let _ = engine.store.write(ops).await;
-        });
     }
 
     /// Whether a listen sent on this connection has not been answered yet (limbo listens
