@@ -303,6 +303,26 @@ impl Relay {
             })
     }
 
+    /// Runs `read`, a small read of database `db` (a few point reads): over the embedded
+    /// store in place, on the connection's runtime worker, since it takes microseconds and
+    /// the hop to the blocking pool and its queues would cost more than the read (each
+    /// connection still reads one request at a time); over PostgreSQL, where a read waits
+    /// for the server, as [`Relay::blocking_read`]. A panic in it ends only this read.
+    pub async fn small_read<T: Send + 'static>(
+        self: &Arc<Self>,
+        db: &Database,
+        read: impl FnOnce(&Relay) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        if self.config.postgres_url.is_some() {
+            return self.blocking_read(db, read).await;
+        }
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(self))).map_err(|p| {
+            let what = panic_message(p.as_ref());
+            tracing::error!(panic = %what, "a read panicked");
+            format!("internal error while reading: {what}")
+        })
+    }
+
     /// Runs a one-time query on the latest committed state for a `QueryResult`: (documents,
     /// version), or `resource-exhausted` as soon as the documents read would not fit in the
     /// reply ([`MAX_QUERY_RESULT_BYTES`]), before the rest of the result is read.

@@ -200,13 +200,13 @@ impl Connection {
             ClientMessage::Get { request_id, names } => {
                 let db = self.db.clone();
                 let access = self.access();
-                let reply = self
-                    .relay
-                    .blocking_read(&self.db, move |relay| {
-                        get(relay, &db, access.as_ref(), request_id, names)
-                    })
-                    .await
-                    .unwrap_or_else(|e| error(request_id, 0, ErrorCode::Internal, e));
+                let small = names.len() <= SMALL_GET;
+                let read = move |relay: &Relay| get(relay, &db, access.as_ref(), request_id, names);
+                let reply = match small {
+                    true => self.relay.small_read(&self.db, read).await,
+                    false => self.relay.blocking_read(&self.db, read).await,
+                };
+                let reply = reply.unwrap_or_else(|e| error(request_id, 0, ErrorCode::Internal, e));
                 self.reply(request_id, &reply);
             }
             ClientMessage::RunQuery { request_id, query } => {
@@ -510,6 +510,9 @@ impl Connection {
         while self.writes.try_join_next().is_some() {}
     }
 }
+
+/// Most names a `Get` may have to be read in place ([`Relay::small_read`]).
+const SMALL_GET: usize = 8;
 
 /// A one-time read of the documents `names` at the latest committed state, each allowed by
 /// the rules (`access`; `None`: nothing to check) or the whole read refused.
