@@ -264,9 +264,10 @@ impl IdbStore {
         })
     }
 
-    /// Deletes the database of the Hearth database `name` (`clearPersistence`). Connections
-    /// of this build close themselves when asked; if another one stays open the call fails
-    /// with `failed-precondition` and the deletion happens once that connection closes.
+    /// Deletes the database of the Hearth database `name` (`clearPersistence`). An open
+    /// connection does not close itself for a deletion (it may hold writes no relay has
+    /// yet): while one is open the call fails with `failed-precondition`, and the deletion
+    /// happens once it closes.
     pub async fn delete(name: &str) -> Result<(), ClientError> {
         let what = format!("deleting the local database {name:?}");
         let request = js::factory()?
