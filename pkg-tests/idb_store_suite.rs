@@ -517,8 +517,7 @@ async fn delete_waits_for_open_connections_to_close() {
     // has yet): the delete is refused, and the connection and its data stay.
     let err = IdbStore::delete("t-delete")
         .await
-        .err()
-        .expect("refused while open");
+        .expect_err("refused while open");
     assert_eq!(err.code().as_str(), "failed-precondition");
     let r = s.read().await.unwrap();
     assert_eq!(
