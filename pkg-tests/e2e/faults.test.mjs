@@ -706,23 +706,21 @@ const embeddedFault = {
   },
 };
 
-embeddedSchedule('embedded: the relay over its embedded store killed (-9) and started again on its data directory', async ({ epoch, relay }) => {
-  const down = between(300, 1500);
-  const f = await embeddedFault.kill(relay)();
+/** One fault of the embedded store's relay for a random `lo`..`hi` ms, then its repair. */
+const oneEmbeddedFault = (fault, [lo, hi], label) => async ({ epoch, relay }) => {
+  const down = between(lo, hi);
+  const f = await fault(relay)();
   await epoch();
   await sleep(down);
   await f.repair();
-  return { restored: Date.now(), note: `down ${down} ms;` };
-});
+  return { restored: Date.now(), note: `${label} ${down} ms;` };
+};
 
-embeddedSchedule('disk: the embedded store\'s disk full for a few seconds, then not (no restart)', async ({ epoch, relay }) => {
-  const down = between(2000, 4000);
-  const f = await embeddedFault.disk(relay)();
-  await epoch();
-  await sleep(down);
-  await f.repair();
-  return { restored: Date.now(), note: `full ${down} ms;` };
-});
+embeddedSchedule('embedded: the relay over its embedded store killed (-9) and started again on its data directory',
+  oneEmbeddedFault(embeddedFault.kill, [300, 1500], 'down'));
+
+embeddedSchedule('disk: the embedded store\'s disk full for a few seconds, then not (no restart)',
+  oneEmbeddedFault(embeddedFault.disk, [2000, 4000], 'full'));
 
 embeddedSchedule('embedded-combined: disk full, the relay killed while it is, a client offline across them', async ({ epoch, relay }) => {
   // The client's spell in any place; the disk fills before the kill (a dead relay has no

@@ -393,19 +393,7 @@ impl IdbStore {
         let mut scope = scope.to_vec();
         scope.sort();
         scope.dedup();
-        let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
-        // "strict": `complete` means flushed to disk (Chromium's default is "relaxed").
-        let durability = match durability {
-            Durability::Strict => "strict",
-            Durability::Relaxed => "relaxed",
-        };
-        let options = js::object(&[("durability", &JsValue::from_str(durability))]);
-        let tx = self
-            .check_open()
-            .and_then(|()| {
-                js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
-            })
-            .map_err(|e| self.error(WRITING, &e))?;
+        let tx = self.write_tx(&scope, durability, WRITING)?;
         let events = TxEvents::new(&tx);
         if let Err(stopped) = ops::apply(&tx, &scope, ops) {
             // An op that could not even be requested: undo the ones made before it.
@@ -434,16 +422,7 @@ impl IdbStore {
     /// of its own, so two contexts that find none at once end up with the same value.
     pub async fn meta_or_put(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, ClientError> {
         const WHAT: &str = "setting a `meta` record";
-        let names: Array = [JsValue::from_str(Store::Meta.name())]
-            .into_iter()
-            .collect();
-        let options = js::object(&[("durability", &JsValue::from_str("strict"))]);
-        let tx = self
-            .check_open()
-            .and_then(|()| {
-                js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
-            })
-            .map_err(|e| self.error(WHAT, &e))?;
+        let tx = self.write_tx(&[Store::Meta], Durability::Strict, WHAT)?;
         let events = TxEvents::new(&tx);
         let added = tx
             .object_store(Store::Meta.name())
@@ -541,6 +520,28 @@ impl IdbStore {
     }
 
     /// A readonly transaction over the stores [`IdbRead`] reads.
+    /// A readwrite transaction over `scope` (sorted, without repeats) with `durability`;
+    /// a failure to make it is told as one of `what`.
+    fn write_tx(
+        &self,
+        scope: &[Store],
+        durability: Durability,
+        what: &str,
+    ) -> Result<IdbTransaction, ClientError> {
+        let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
+        // "strict": `complete` means flushed to disk (Chromium's default is "relaxed").
+        let durability = match durability {
+            Durability::Strict => "strict",
+            Durability::Relaxed => "relaxed",
+        };
+        let options = js::object(&[("durability", &JsValue::from_str(durability))]);
+        self.check_open()
+            .and_then(|()| {
+                js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
+            })
+            .map_err(|e| self.error(what, &e))
+    }
+
     fn read_tx(&self) -> Result<IdbTransaction, JsValue> {
         self.check_open()?;
         let names: Array = [Store::Documents, Store::Remote, Store::Meta]
