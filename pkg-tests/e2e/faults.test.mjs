@@ -581,6 +581,63 @@ pgSchedule('stop: PostgreSQL stops (-m fast) for 3 s, then starts', async ({ epo
   return { restored: Date.now() };
 });
 
+// A client with many listeners connects again during an outage (here it went offline for
+// a moment): the relay answers every Listen of the new connection with an error (it cannot
+// read for them), and each target listens again after its backoff. That backoff was once
+// one for all targets and doubled with each end, so twelve ends in one round sent every
+// listener to a wait of 15 to 45 s: they looked live long after PostgreSQL was back.
+test('many listeners: PostgreSQL stops for 3 s; every listener hears the write made after it is back, soon', { timeout: 90000 }, async () => {
+  const db = 'faults-many';
+  const LISTENERS = 12;
+  const listener = await env.browsers[0].page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+  const writer = await env.browsers[1].page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+  try {
+    await listener.evaluate(async ({ url, db, n }) => {
+      window.db = await window.hearth.Hearth.open({ name: db, relay: url });
+      window.heard = Array.from({ length: n }, () => null);
+      window.fromServer = Array.from({ length: n }, () => false);
+      for (let k = 0; k < n; k++) {
+        // A collection each: a resumed target hears of every document of its collection
+        // changed since its version, and no other listener's query matches them.
+        window.db.collection(`many-${k}`).onSnapshot((s) => {
+          if (!s.metadata.fromCache) window.fromServer[k] = true;
+          if (s.docs.length > 0 && window.heard[k] === null) window.heard[k] = Date.now();
+        }, (e) => { window.heard[k] = `error ${e.code}`; });
+      }
+    }, { url: env.relays[0].proc.url, db, n: LISTENERS });
+    await listener.waitForFunction(() => window.fromServer.every((x) => x), null, { timeout: 20000 });
+    await writer.evaluate(async ({ url, db }) => {
+      window.db = await window.hearth.Hearth.open({ name: db, relay: url });
+    }, { url: env.relays[1].proc.url, db });
+
+    await pgFaults.stopFast();
+    await env.browsers[0].context.setOffline(true);
+    await sleep(500);
+    await env.browsers[0].context.setOffline(false);
+    await sleep(2500);
+    await pgFaults.start();
+    const restored = Date.now();
+    await writer.evaluate(async (n) => {
+      const batch = window.db.batch();
+      for (let k = 0; k < n; k++) batch.set(window.db.doc(`many-${k}/after`), { k });
+      await batch.commit();
+    }, LISTENERS);
+    const acked = Date.now();
+    // Generous for a loaded machine, and still well short of a doubled shared backoff.
+    const BOUND_MS = 12000;
+    await listener.waitForFunction(() => window.heard.every((x) => x !== null), null, { timeout: BOUND_MS })
+      .catch(() => {});
+    const heard = await listener.evaluate(() => window.heard);
+    const after = heard.map((t) => (typeof t === 'number' ? t - restored : t));
+    console.log(`faults: many listeners: write acknowledged ${acked - restored} ms after the repair; each listener heard it at (ms after the repair) ${JSON.stringify(after)}`);
+    assert.ok(after.every((t) => typeof t === 'number' && t <= BOUND_MS),
+      `every listener hears the write within ${BOUND_MS} ms of the repair: ${JSON.stringify(after)}`);
+  } finally {
+    await listener.close();
+    await writer.close();
+  }
+});
+
 pgSchedule('terminate: every relay connection terminated (pg_terminate_backend)', async ({ epoch }) => {
   const killed = await pgFaults.terminate();
   const restored = Date.now();

@@ -6,7 +6,7 @@ use hearth_core::error::ErrorCode;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use super::{ReceivedSnapshot, Sync};
+use super::{ReceivedSnapshot, Sync, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS};
 use crate::client::engine::{Batch, Engine};
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
@@ -109,7 +109,6 @@ impl Sync {
     /// later message adds to them, and applied in order, one snapshot at a time.
     pub(super) fn take_snapshot(self: Rc<Self>, version: u64) {
         self.deferred.set(None);
-        self.listen_backoff_ms.set(250.0);
         let mut existence = Vec::new();
         let targets = self
             .targets
@@ -117,6 +116,7 @@ impl Sync {
             .iter_mut()
             .filter(|(_, t)| t.answered)
             .map(|(id, t)| {
+                t.backoff_ms = LISTEN_BACKOFF_MS;
                 if let Some((count, filter)) = t.existence.take() {
                     existence.push((*id, count, filter));
                 }
@@ -339,11 +339,12 @@ impl Sync {
     }
 
     /// The relay ended target `target_id` for a transient cause: its buffered changes are
-    /// dropped, and its Listen is sent again (with its resume version) after the listen
-    /// backoff (doubling, with jitter, up to 30 s; back to 250 ms with a snapshot), or by the
-    /// next Welcome if the connection is gone by then. Its listeners are not failed.
+    /// dropped, and its Listen is sent again (with its resume version) after the target's
+    /// backoff (doubling, with jitter, up to `LISTEN_BACKOFF_MAX_MS`; back to the first with
+    /// a snapshot), or by the next Welcome if the connection is gone by then. Its listeners
+    /// are not failed.
     fn listen_again_later(self: &Rc<Self>, target_id: u32, err: &ClientError) {
-        {
+        let delay = {
             let mut targets = self.targets.borrow_mut();
             let Some(t) = targets.get_mut(&target_id) else {
                 return;
@@ -352,9 +353,10 @@ impl Sync {
             t.answered = false;
             t.buffered.clear();
             t.existence = None;
-        }
-        let delay = self.listen_backoff_ms.get();
-        self.listen_backoff_ms.set((delay * 2.0).min(30_000.0));
+            let delay = t.backoff_ms;
+            t.backoff_ms = (delay * 2.0).min(LISTEN_BACKOFF_MAX_MS);
+            delay
+        };
         self.trace(|| format!("target t{target_id} listens again in about {delay} ms: {err:?}"));
         let sync = Rc::downgrade(self);
         let epoch = self.epoch.get();

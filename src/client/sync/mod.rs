@@ -42,6 +42,12 @@ use self::connection::{clear_timeout, set_timeout};
 
 /// How many times a transaction's commit whose outcome is unknown is sent again.
 const COMMIT_RETRIES: u32 = 6;
+/// A target's first delay before it listens again after the relay ended it for a transient
+/// cause (ms), and the most it grows to: a Listen the relay cannot serve is answered at
+/// once and costs it little, while a listener that waits long after an outage ended looks
+/// live and is not.
+const LISTEN_BACKOFF_MS: f64 = 250.0;
+const LISTEN_BACKOFF_MAX_MS: f64 = 10_000.0;
 
 /// Where a request's reply goes.
 type Reply = Box<dyn FnOnce(Result<ServerMessage, ClientError>)>;
@@ -82,6 +88,11 @@ struct Target {
     /// The relay's `Existence` for a resumed target, checked at the next Snapshot
     /// (`existence`).
     existence: Option<(u64, NameFilter)>,
+    /// The delay before this target listens again after the relay ended it for a transient
+    /// cause (ms): doubles with each such end, back to the first with a Snapshot covering
+    /// it. Each target has its own, so one outage ending many targets at once does not
+    /// push any of them past a short wait.
+    backoff_ms: f64,
 }
 
 /// The connection state of one database.
@@ -134,9 +145,6 @@ pub struct Sync {
     /// transient error (`unavailable`, ...): doubles per such answer up to 30 s, back to
     /// 250 ms when a write is acknowledged. A Welcome does not reset it.
     write_backoff_ms: Cell<f64>,
-    /// The delay before a listen the relay ended for a transient cause is sent again:
-    /// doubles per such end up to 30 s, back to 250 ms when a snapshot is applied.
-    listen_backoff_ms: Cell<f64>,
     /// The relay's heartbeat interval (from Welcome): three of them in silence mean a dead
     /// link.
     heartbeat_ms: Cell<f64>,
@@ -246,7 +254,6 @@ impl Sync {
             auth_retried: Cell::new(false),
             backoff_ms: Cell::new(250.0),
             write_backoff_ms: Cell::new(250.0),
-            listen_backoff_ms: Cell::new(250.0),
             heartbeat_ms: Cell::new(5000.0),
             last_seen: Cell::new(js_sys::Date::now()),
             next_request: Cell::new(1),

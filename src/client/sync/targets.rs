@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use super::{Sync, Target};
+use super::{Sync, Target, LISTEN_BACKOFF_MS};
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::codec::encode_query;
 use hearth_core::protocol::ClientMessage;
@@ -39,6 +39,7 @@ impl Sync {
             complete: false,
             limbo: None,
             existence: None,
+            backoff_ms: LISTEN_BACKOFF_MS,
         });
         self.by_listener.borrow_mut().insert(listener, target_id);
         if let Some(e) = self.engine() {
@@ -74,6 +75,7 @@ impl Sync {
             complete: false,
             limbo: Some(name.clone()),
             existence: None,
+            backoff_ms: LISTEN_BACKOFF_MS,
         });
         self.limbo.borrow_mut().insert(name, target_id);
     }
