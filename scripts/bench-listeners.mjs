@@ -1,0 +1,80 @@
+#!/usr/bin/env node
+// Listeners at scale in one page (issue 24, item 5): a database of N documents of about
+// 200 bytes, L listeners on the whole collection (each replays docChanges() as an app would),
+// then W updates of random documents, each awaited until every listener has raised the
+// snapshot holding it. Prints one JSON line: the time per update (median, p90, max) and the
+// updates per second. With --relay, the page syncs with a relay of its own (started here)
+// and each update is also awaited until the relay acknowledged it.
+//
+//   node scripts/bench-listeners.mjs [--docs N] [--listeners L] [--writes W] [--relay]
+//
+// Needs pkg/ (bash scripts/build-pkg) and, with --relay, target/release/hearth-relay.
+import { startServer, startBrowser, startRelayProcess } from '../pkg-tests/e2e/harness.mjs';
+
+function arg(name, dflt) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
+}
+const docs = arg('docs', 10000);
+const listeners = arg('listeners', 20);
+const writes = arg('writes', 100);
+const withRelay = process.argv.includes('--relay');
+
+if (withRelay) process.env.HEARTH_RELAY_BIN ??= new URL('../target/release/hearth-relay', import.meta.url).pathname;
+const relay = withRelay ? await startRelayProcess() : null;
+const server = await startServer();
+const browser = await startBrowser();
+try {
+  const page = await browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
+  const result = await page.evaluate(async ({ docs, listeners, writes, relay }) => {
+    const db = await window.hearth.Hearth.open({ name: 'bench-listeners', ...(relay ? { relay } : {}) });
+    for (let i = 0; i < docs; i += 500) {
+      const b = db.batch();
+      for (let k = i; k < Math.min(docs, i + 500); k++) {
+        b.set(db.doc(`items/d${String(k).padStart(6, '0')}`), { n: k, label: `item ${k}`, tags: ['a', 'b'], v: 0 });
+      }
+      await b.commit();
+    }
+    // Each listener keeps its own copy of the result from docChanges(), as an app would.
+    const seen = Array.from({ length: listeners }, () => new Map());
+    let waiting = null;
+    const unsubs = [];
+    for (let l = 0; l < listeners; l++) {
+      unsubs.push(db.collection('items').onSnapshot((s) => {
+        for (const c of s.docChanges()) {
+          if (c.type === 'removed') seen[l].delete(c.doc.id);
+          else seen[l].set(c.doc.id, c.doc.data().v);
+        }
+        waiting?.();
+      }));
+    }
+    const t0 = performance.now();
+    while (seen.some((m) => m.size < docs)) {
+      await new Promise((r) => { waiting = r; });
+      if (performance.now() - t0 > 120000) throw new Error('first snapshots not all in after 120 s');
+    }
+    const firstMs = performance.now() - t0;
+    const times = [];
+    const start = performance.now();
+    for (let w = 1; w <= writes; w++) {
+      const id = `d${String(Math.floor(Math.random() * docs)).padStart(6, '0')}`;
+      const t = performance.now();
+      const done = db.doc(`items/${id}`).update({ v: w });
+      while (seen.some((m) => m.get(id) !== w)) await new Promise((r) => { waiting = r; });
+      if (relay) await done;
+      times.push(performance.now() - t);
+    }
+    const total = performance.now() - start;
+    for (const u of unsubs) u();
+    await db.close();
+    times.sort((a, b) => a - b);
+    const q = (p) => Number(times[Math.min(times.length - 1, Math.floor(p * times.length))].toFixed(2));
+    return { first_snapshots_ms: Number(firstMs.toFixed(1)), update_ms: { p50: q(0.5), p90: q(0.9), max: q(1) },
+      updates_per_s: Number((writes / (total / 1000)).toFixed(1)) };
+  }, { docs, listeners, writes, relay: relay?.url });
+  console.log(JSON.stringify({ measurement: 'listeners_at_scale', docs, listeners, writes, relay: withRelay, ...result }));
+} finally {
+  await browser.stop();
+  await server.stop();
+  await relay?.stop();
+}
