@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use super::reference::{observer, report, set_mutation, unsubscribe, write_promise, ListenHandle};
-use super::snapshot::{AggregateQuerySnapshot, QuerySnapshot};
+use super::snapshot::{AggregateQuerySnapshot, QuerySnapshot, ResultDocs};
 use super::{Db, DocumentReference};
 use crate::client::convert::{field_path_arg, to_list_operand, to_value};
 use crate::client::engine::ListenEvent;
@@ -330,7 +330,7 @@ impl Query {
                 let changes = hearth_core::query::view::added(
                     &docs.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
                 );
-                Ok(QuerySnapshot::new(&db, q, docs, changes, false).into())
+                Ok(QuerySnapshot::listed(&db, q, docs, changes, false).into())
             } else {
                 // Pending writes as of the call, as for a document's cache read.
                 let pending = db.engine.pending_names();
@@ -343,7 +343,7 @@ impl Query {
                         (d, p)
                     })
                     .collect();
-                Ok(QuerySnapshot::new(&db, q, docs, changes, true).into())
+                Ok(QuerySnapshot::listed(&db, q, docs, changes, true).into())
             }
         })
     }
@@ -417,9 +417,9 @@ impl Query {
                     pending,
                     changes,
                     from_cache,
-                    ..
+                    has_pending_writes,
                 } => {
-                    let docs: Vec<_> = docs.into_iter().zip(pending).collect();
+                    let docs = (ResultDocs::Live(docs, pending), has_pending_writes);
                     let snap =
                         QuerySnapshot::new(&db, query_for_snap.clone(), docs, changes, from_cache);
                     let _ = obs.next.call1(&JsValue::NULL, &snap.into());

@@ -1,5 +1,6 @@
 //! `DocumentSnapshot`, `QuerySnapshot`, `SnapshotMetadata` and aggregate snapshots.
 
+use std::collections::HashSet;
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Object, Reflect};
@@ -7,10 +8,10 @@ use wasm_bindgen::prelude::*;
 
 use super::{Db, DocumentReference, Query};
 use crate::client::convert::{from_value, map_to_js};
-use crate::client::engine::{show_timestamps, PendingTimestamp, ServerTimestamps};
+use crate::client::engine::{show_timestamps, Pending, PendingTimestamp, ServerTimestamps};
 use hearth_core::document::Document;
 use hearth_core::path::{DocumentName, FieldPath};
-use hearth_core::query::view::{ChangeType, DocChange};
+use hearth_core::query::view::{ChangeType, DocChange, ResultSnapshot};
 
 /// Whether a snapshot has local writes not yet acknowledged, and whether it came from the
 /// cache rather than a current relay result.
@@ -162,6 +163,49 @@ impl DocumentSnapshot {
     }
 }
 
+/// A query's documents, each with whether a pending write touches it.
+pub(crate) enum ResultDocs {
+    /// A one-time read's, listed.
+    Listed(Vec<(Document, bool)>),
+    /// A listener's: its view's result at the snapshot (shared with the view, O(1) to make)
+    /// and the names with pending writes; documents are made for JS only when asked for.
+    Live(ResultSnapshot, Pending),
+}
+
+impl ResultDocs {
+    fn len(&self) -> usize {
+        match self {
+            ResultDocs::Listed(docs) => docs.len(),
+            ResultDocs::Live(docs, _) => docs.len(),
+        }
+    }
+
+    /// The documents in query order, each with whether a pending write touches it.
+    fn each(&self) -> Box<dyn Iterator<Item = (&Document, bool)> + '_> {
+        match self {
+            ResultDocs::Listed(docs) => Box::new(docs.iter().map(|(d, p)| (d, *p))),
+            ResultDocs::Live(docs, pending) => {
+                Box::new(docs.iter().map(|d| (d, pending.contains(&d.name))))
+            }
+        }
+    }
+
+    /// Whether a pending write touches a document of the result, by name.
+    fn pending(&self) -> Box<dyn Fn(&DocumentName) -> bool + '_> {
+        match self {
+            ResultDocs::Listed(docs) => {
+                let names: HashSet<&DocumentName> = docs
+                    .iter()
+                    .filter(|(_, p)| *p)
+                    .map(|(d, _)| &d.name)
+                    .collect();
+                Box::new(move |n| names.contains(n))
+            }
+            ResultDocs::Live(_, pending) => Box::new(|n| pending.contains(n)),
+        }
+    }
+}
+
 /// A query's result.
 #[wasm_bindgen]
 pub struct QuerySnapshot {
@@ -169,8 +213,8 @@ pub struct QuerySnapshot {
     pub(crate) db: Rc<Db>,
     /// The query this is a result of (`snapshot.query`).
     pub(crate) query: hearth_core::query::model::Query,
-    /// The result in query order, each with whether a pending write touches it.
-    pub(crate) docs: Vec<(Document, bool)>,
+    /// The result in query order.
+    pub(crate) docs: ResultDocs,
     /// What `docChanges()` reports.
     pub(crate) changes: Vec<DocChange>,
     /// The whole result's metadata.
@@ -178,14 +222,14 @@ pub struct QuerySnapshot {
 }
 
 impl QuerySnapshot {
+    /// A snapshot of `docs`; `pending`: whether a pending write touches any of them.
     pub(crate) fn new(
         db: &Rc<Db>,
         query: hearth_core::query::model::Query,
-        docs: Vec<(Document, bool)>,
+        (docs, pending): (ResultDocs, bool),
         changes: Vec<DocChange>,
         cache: bool,
     ) -> QuerySnapshot {
-        let pending = docs.iter().any(|(_, p)| *p);
         QuerySnapshot {
             db: db.clone(),
             query,
@@ -193,6 +237,24 @@ impl QuerySnapshot {
             changes,
             meta: SnapshotMetadata { pending, cache },
         }
+    }
+
+    /// A one-time read's snapshot of `docs`.
+    pub(crate) fn listed(
+        db: &Rc<Db>,
+        query: hearth_core::query::model::Query,
+        docs: Vec<(Document, bool)>,
+        changes: Vec<DocChange>,
+        cache: bool,
+    ) -> QuerySnapshot {
+        let pending = docs.iter().any(|(_, p)| *p);
+        QuerySnapshot::new(
+            db,
+            query,
+            (ResultDocs::Listed(docs), pending),
+            changes,
+            cache,
+        )
     }
 
     fn snapshot(&self, d: &Document, pending: bool) -> DocumentSnapshot {
@@ -214,7 +276,8 @@ impl QuerySnapshot {
     pub fn is_equal(&self, other: &QuerySnapshot) -> bool {
         Rc::ptr_eq(&self.db, &other.db)
             && self.query == other.query
-            && self.docs == other.docs
+            && self.docs.len() == other.docs.len()
+            && self.docs.each().zip(other.docs.each()).all(|(a, b)| a == b)
             && self.changes == other.changes
             && self.meta.is_equal(&other.meta)
     }
@@ -222,8 +285,8 @@ impl QuerySnapshot {
     #[wasm_bindgen(getter)]
     pub fn docs(&self) -> Array {
         self.docs
-            .iter()
-            .map(|(d, p)| JsValue::from(self.snapshot(d, *p)))
+            .each()
+            .map(|(d, p)| JsValue::from(self.snapshot(d, p)))
             .collect()
     }
 
@@ -234,13 +297,13 @@ impl QuerySnapshot {
 
     #[wasm_bindgen(getter)]
     pub fn empty(&self) -> bool {
-        self.docs.is_empty()
+        self.docs.len() == 0
     }
 
     #[wasm_bindgen(js_name = forEach)]
     pub fn for_each(&self, callback: &Function) -> Result<(), JsValue> {
-        for (d, p) in &self.docs {
-            callback.call1(&JsValue::NULL, &JsValue::from(self.snapshot(d, *p)))?;
+        for (d, p) in self.docs.each() {
+            callback.call1(&JsValue::NULL, &JsValue::from(self.snapshot(d, p)))?;
         }
         Ok(())
     }
@@ -249,13 +312,9 @@ impl QuerySnapshot {
     /// as `{ type, doc, oldIndex, newIndex }` with -1 for a missing index.
     #[wasm_bindgen(js_name = docChanges)]
     pub fn doc_changes(&self) -> Array {
-        let pending_names: std::collections::HashSet<&DocumentName> = self
-            .docs
-            .iter()
-            .filter(|(_, p)| *p)
-            .map(|(d, _)| &d.name)
-            .collect();
-        let pending = |n: &DocumentName| pending_names.contains(n);
+        // A removed document is not in the result, whose pending writes these are.
+        let in_result = self.docs.pending();
+        let pending = |c: &DocChange| c.kind != ChangeType::Removed && in_result(&c.doc.name);
         self.changes
             .iter()
             .map(|c| {
@@ -266,7 +325,7 @@ impl QuerySnapshot {
                     ChangeType::Removed => "removed",
                 };
                 let _ = Reflect::set(&o, &"type".into(), &t.into());
-                let snap = self.snapshot(&c.doc, pending(&c.doc.name));
+                let snap = self.snapshot(&c.doc, pending(c));
                 let _ = Reflect::set(&o, &"doc".into(), &JsValue::from(snap));
                 let idx = |i: Option<usize>| i.map_or(-1.0, |i| i as f64);
                 let _ = Reflect::set(&o, &"oldIndex".into(), &idx(c.old_index).into());

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::Engine;
 use crate::client::error::ClientError;
@@ -12,7 +13,8 @@ use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::query::model::Query;
 use hearth_core::query::validate::validate;
-use hearth_core::query::view::{ChangeType, DocChange, View};
+use hearth_core::query::view::{ChangeType, DocChange, ResultSnapshot, View};
+use hearth_core::value::Map;
 
 /// What a listener receives.
 #[derive(Clone, Debug)]
@@ -20,9 +22,10 @@ pub enum ListenEvent {
     /// A query listener's snapshot.
     Query {
         /// The result, in query order.
-        docs: Vec<Document>,
-        /// For each of `docs`, whether a pending write touches it.
-        pending: Vec<bool>,
+        docs: ResultSnapshot,
+        /// The names with a pending write (a document of `docs` has `hasPendingWrites` if
+        /// its name is here).
+        pending: Pending,
         /// The changes since the previous snapshot (`docChanges()`).
         changes: Vec<DocChange>,
         /// Whether the relay has not yet confirmed the result (`fromCache`).
@@ -43,6 +46,94 @@ pub enum ListenEvent {
     },
     /// The listener failed and was removed.
     Error(ClientError),
+}
+
+/// The names with a pending write in this context's queue, shared by every snapshot raised
+/// in one round (a snapshot's documents look their `hasPendingWrites` up in it).
+pub type Pending = Rc<HashSet<DocumentName>>;
+
+/// What one batch did to a query listener's view whose result was, before the batch, what
+/// the listener showed last (`Listener::synced`).
+pub(super) struct Delta {
+    /// The view's changes ([`View::apply_batch`]).
+    changes: Vec<DocChange>,
+    /// The fields each changed document of the view had before the batch.
+    was: HashMap<DocumentName, Arc<Map>>,
+}
+
+impl Delta {
+    /// The changes that are data changes: a modification that kept the fields (a pending
+    /// write acknowledged, say) is metadata.
+    fn data_changes(self) -> Vec<DocChange> {
+        let was = self.was;
+        self.changes
+            .into_iter()
+            .filter(|c| {
+                c.kind != ChangeType::Modified
+                    || was
+                        .get(&c.doc.name)
+                        .is_none_or(|f| !Arc::ptr_eq(f, &c.doc.fields) && **f != *c.doc.fields)
+            })
+            .collect()
+    }
+}
+
+/// The data changes that turn result `shown` into `view`'s (O(n): after a refill or a reset).
+fn diff_data_changes(view: &View, shown: &ResultSnapshot) -> Vec<DocChange> {
+    let before = shown.to_vec();
+    let changes = view.diff(&before, &view.to_vec());
+    // A modification is a data change only if the fields differ (a document cannot move
+    // without a field changing, so dropping one leaves the others' indexes right).
+    let was: HashMap<&DocumentName, &Document> =
+        if changes.iter().any(|c| c.kind == ChangeType::Modified) {
+            before.iter().map(|d| (&d.name, d)).collect()
+        } else {
+            HashMap::new()
+        };
+    changes
+        .into_iter()
+        .filter(|c| {
+            c.kind != ChangeType::Modified
+                || was
+                    .get(&c.doc.name)
+                    .is_none_or(|d| d.fields != c.doc.fields)
+        })
+        .collect()
+}
+
+/// The metadata-only changes of a snapshot: a `modified` change (old index = new index: it
+/// comes after the data `changes`, when the list is already the new result) for each
+/// document of the result, there before and not among `changes`, whose `hasPendingWrites`
+/// changed, in result order. O(p log n) for p documents with pending writes, plus, without a
+/// delta (`from_delta`), the O(n) look at the result shown before.
+fn metadata_changes(
+    view: &View,
+    shown: &ResultSnapshot,
+    from_delta: bool,
+    changes: &[DocChange],
+    (last_pending, now_pending): (&HashSet<DocumentName>, &HashSet<DocumentName>),
+) -> Vec<DocChange> {
+    let in_changes: HashSet<&DocumentName> = changes.iter().map(|c| &c.doc.name).collect();
+    // After a delta, a document of the result that no change names was in it before.
+    let before: Option<HashSet<&DocumentName>> =
+        (!from_delta).then(|| shown.iter().map(|d| &d.name).collect());
+    let mut found: Vec<(usize, DocChange)> = last_pending
+        .symmetric_difference(now_pending)
+        .filter(|n| !in_changes.contains(n) && before.as_ref().is_none_or(|b| b.contains(n)))
+        .filter_map(|n| {
+            let i = view.index_of(n)?;
+            let doc = view.get(n)?.clone();
+            let change = DocChange {
+                kind: ChangeType::Modified,
+                doc,
+                old_index: Some(i),
+                new_index: Some(i),
+            };
+            Some((i, change))
+        })
+        .collect();
+    found.sort_by_key(|(i, _)| *i);
+    found.into_iter().map(|(_, c)| c).collect()
 }
 
 /// Most reads a refill makes while changes keep reaching its view; the last one is taken.
@@ -79,9 +170,12 @@ pub(super) struct Listener {
     /// change of this set is a metadata-only `modified` change.
     last_pending: HashSet<DocumentName>,
     /// A query listener's result as of its last snapshot (what the app holds): each
-    /// snapshot's changes are the diff from it, whatever updates of the view (batches,
-    /// refills, interleaved by awaits) came in between.
-    shown: Vec<Document>,
+    /// snapshot's changes turn it into the view's result, whatever updates of the view
+    /// (batches, refills, interleaved by awaits) came in between.
+    shown: ResultSnapshot,
+    /// Whether the view's result is `shown`, so that the next batch's own changes are the
+    /// snapshot's (no diff of whole results).
+    synced: bool,
     /// Counts the changes the view took: a refill read made before one of them may miss it
     /// (its read began before that change's write), so it is read again.
     generation: u64,
@@ -110,7 +204,8 @@ impl Engine {
                 had_results: false,
                 last_meta: None,
                 last_pending: HashSet::new(),
-                shown: Vec::new(),
+                shown: ResultSnapshot::empty(),
+                synced: true,
                 generation: 0,
             },
         );
@@ -143,7 +238,8 @@ impl Engine {
                 had_results: false,
                 last_meta: None,
                 last_pending: HashSet::new(),
-                shown: Vec::new(),
+                shown: ResultSnapshot::empty(),
+                synced: true,
                 generation: 0,
             },
         );
@@ -219,14 +315,15 @@ impl Engine {
     /// Replaces a query listener's result with `docs` (its first result, or a refill) and
     /// queues the snapshot.
     fn reset_query_listener(&self, id: u64, docs: Vec<Document>) {
-        let pending_names = self.pending_names();
+        let pending_names = Rc::new(self.pending_names());
         let mut ls = self.listeners.borrow_mut();
         let Some(l) = ls.get_mut(&id) else { return };
         let Watched::Query(view) = &mut l.watched else {
             return;
         };
         view.reset(docs);
-        self.raise_query(l, &pending_names);
+        l.synced = false;
+        self.raise_query(l, &pending_names, None);
     }
 
     /// Queues a document listener's snapshot.
@@ -250,88 +347,58 @@ impl Engine {
     }
 
     /// Queues a query listener's snapshot of its view, with the changes since its last
-    /// snapshot (`shown`).
+    /// snapshot (`shown`): `delta`'s when the view changed only by the batch that gave them
+    /// since (O(k log n) for k changes, whatever the size of the result), else the diff of
+    /// the two results (O(n), after a refill or a reset).
     ///
     /// As in Firestore, a change is a data change when a document entered, left, moved or
     /// changed its fields; anything else (a pending write acknowledged, `fromCache`) is
     /// metadata. Listeners raise a snapshot for data changes; only those that asked for
     /// `includeMetadataChanges` raise metadata-only snapshots, with a `modified` change for
     /// each document whose `hasPendingWrites` changed.
-    fn raise_query(&self, l: &mut Listener, pending_names: &HashSet<DocumentName>) {
+    fn raise_query(&self, l: &mut Listener, pending_names: &Pending, delta: Option<Delta>) {
         let Watched::Query(view) = &l.watched else {
             return;
         };
-        let docs = view.to_vec();
-        let before = std::mem::take(&mut l.shown);
-        let changes = view.diff(&before, &docs);
-        // A modification is a data change only if the fields differ (a document cannot move
-        // without a field changing, so dropping one leaves the others' indexes right).
-        let was: HashMap<&DocumentName, &Document> =
-            if changes.iter().any(|c| c.kind == ChangeType::Modified) {
-                before.iter().map(|d| (&d.name, d)).collect()
-            } else {
-                HashMap::new()
-            };
-        let mut changes: Vec<DocChange> = changes
-            .into_iter()
-            .filter(|c| {
-                c.kind != ChangeType::Modified
-                    || was
-                        .get(&c.doc.name)
-                        .is_none_or(|d| d.fields != c.doc.fields)
-            })
-            .collect();
-        let pending: Vec<bool> = docs
+        let delta = delta.filter(|_| l.synced);
+        let from_delta = delta.is_some();
+        let mut changes = match delta {
+            Some(d) => d.data_changes(),
+            None => diff_data_changes(view, &l.shown),
+        };
+        let now_pending: HashSet<DocumentName> = pending_names
             .iter()
-            .map(|d| pending_names.contains(&d.name))
+            .filter(|n| view.contains(n))
+            .cloned()
             .collect();
-        let has_pending_writes = pending.iter().any(|p| *p);
+        let has_pending_writes = !now_pending.is_empty();
         let from_cache = !l
             .target
             .is_some_and(|t| self.current_targets.borrow().contains(&t) && self.online.get());
         let meta = (from_cache, has_pending_writes);
         let first = l.last_meta.is_none();
-        if first && from_cache && docs.is_empty() && self.holds_first(l.target, l.had_results) {
+        if first && from_cache && view.is_empty() && self.holds_first(l.target, l.had_results) {
+            l.shown = view.snapshot();
+            l.synced = true;
             return;
         }
-        let now_pending: HashSet<DocumentName> = docs
-            .iter()
-            .zip(&pending)
-            .filter(|(_, p)| **p)
-            .map(|(d, _)| d.name.clone())
-            .collect();
         let mut metadata_changed = l.last_meta != Some(meta);
         if l.include_metadata && !first {
-            // Appended after the data changes, a document's metadata change is a `modified`
-            // at its final index (old = new): the list is already the new result there.
-            let in_before: HashSet<&DocumentName> = before.iter().map(|d| &d.name).collect();
-            let in_changes: HashSet<DocumentName> =
-                changes.iter().map(|c| c.doc.name.clone()).collect();
-            for (i, d) in docs.iter().enumerate() {
-                let was_pending = l.last_pending.contains(&d.name);
-                if was_pending != pending[i]
-                    && in_before.contains(&d.name)
-                    && !in_changes.contains(&d.name)
-                {
-                    metadata_changed = true;
-                    changes.push(DocChange {
-                        kind: ChangeType::Modified,
-                        doc: d.clone(),
-                        old_index: Some(i),
-                        new_index: Some(i),
-                    });
-                }
-            }
+            let pending = (&l.last_pending, &now_pending);
+            let found = metadata_changes(view, &l.shown, from_delta, &changes, pending);
+            metadata_changed |= !found.is_empty();
+            changes.extend(found);
         }
         l.last_meta = Some(meta);
         l.last_pending = now_pending;
-        l.shown = docs.clone();
+        l.shown = view.snapshot();
+        l.synced = true;
         if first || !changes.is_empty() || (l.include_metadata && metadata_changed) {
             self.outbox.borrow_mut().push((
                 l.callback.clone(),
                 ListenEvent::Query {
-                    docs,
-                    pending,
+                    docs: l.shown.clone(),
+                    pending: pending_names.clone(),
                     changes,
                     from_cache,
                     has_pending_writes,
@@ -372,7 +439,7 @@ impl Engine {
         let mut refill = Vec::new();
         // Without listeners (a bulk load) there is no metadata to compute.
         if !self.listeners.borrow().is_empty() {
-            let pending_names = self.pending_names();
+            let pending_names = Rc::new(self.pending_names());
             let mut ls = self.listeners.borrow_mut();
             for (id, l) in ls.iter_mut() {
                 match &mut l.watched {
@@ -385,13 +452,22 @@ impl Engine {
                             continue;
                         }
                         l.generation += 1;
+                        let was = relevant
+                            .iter()
+                            .filter_map(|(n, _)| Some((n.clone(), view.get(n)?.fields.clone())))
+                            .collect();
                         let update =
                             view.apply_batch(relevant.iter().map(|(n, d)| (n, d.as_ref())));
                         if update.needs_refill {
+                            l.synced = false;
                             refill.push(*id);
                             continue;
                         }
-                        self.raise_query(l, &pending_names);
+                        let delta = Delta {
+                            changes: update.changes,
+                            was,
+                        };
+                        self.raise_query(l, &pending_names, Some(delta));
                     }
                     Watched::Document(name, current) => {
                         if let Some((_, doc)) = changed.iter().find(|(n, _)| n == name) {
@@ -547,14 +623,21 @@ impl Engine {
     /// Metadata changed (`fromCache`): listeners that asked for metadata changes raise it.
     fn refresh_metadata(&self) {
         {
-            let pending_names = self.pending_names();
+            let pending_names = Rc::new(self.pending_names());
             let mut ls = self.listeners.borrow_mut();
             for l in ls.values_mut() {
                 let from_cache = !l.target.is_some_and(|t| {
                     self.current_targets.borrow().contains(&t) && self.online.get()
                 });
                 match &l.watched {
-                    Watched::Query(_) => self.raise_query(l, &pending_names),
+                    Watched::Query(_) => {
+                        // Nothing changed the view: its delta is empty.
+                        let delta = Delta {
+                            changes: Vec::new(),
+                            was: HashMap::new(),
+                        };
+                        self.raise_query(l, &pending_names, Some(delta));
+                    }
                     Watched::Document(name, doc) => {
                         let pending = pending_names.contains(name);
                         let meta = (from_cache, pending);
@@ -579,20 +662,12 @@ impl Engine {
         self.flush();
     }
 
-    /// Documents some listener shows or watches now.
-    pub fn shown_names(&self) -> HashSet<DocumentName> {
-        let mut shown = HashSet::new();
-        for l in self.listeners.borrow().values() {
-            match &l.watched {
-                Watched::Query(view) => {
-                    shown.extend(view.documents().map(|d| d.name.clone()));
-                }
-                Watched::Document(name, _) => {
-                    shown.insert(name.clone());
-                }
-            }
-        }
-        shown
+    /// Whether some listener shows or watches document `name` now. O(listeners).
+    pub fn shows(&self, name: &DocumentName) -> bool {
+        self.listeners.borrow().values().any(|l| match &l.watched {
+            Watched::Query(view) => view.contains(name),
+            Watched::Document(watched, _) => watched == name,
+        })
     }
 
     /// Documents that may not be evicted now: in a listener's result or watched, with a

@@ -52,8 +52,8 @@ mod queue;
 mod server;
 mod timestamps;
 
-pub use self::listeners::ListenEvent;
 use self::listeners::{Callback, Listener};
+pub use self::listeners::{ListenEvent, Pending};
 pub use self::queue::Batch;
 pub use self::timestamps::{show_timestamps, PendingTimestamp, ServerTimestamps};
 

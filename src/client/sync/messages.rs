@@ -622,12 +622,11 @@ impl Sync {
     pub(crate) async fn refresh(self: Rc<Self>, names: Vec<DocumentName>) {
         let Some(engine) = self.engine() else { return };
         let names = {
-            let shown = engine.shown_names();
             let targets = self.targets.borrow();
             names
                 .into_iter()
                 .filter(|n| {
-                    !shown.contains(n)
+                    !engine.shows(n)
                         && !targets.values().any(|t| {
                             t.docs.contains(n)
                                 || (t.limbo.is_none() && in_source(&t.query.source, n))

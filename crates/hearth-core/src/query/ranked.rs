@@ -7,13 +7,19 @@
 //! It is a treap: a binary search tree on the keys that is a max-heap on random priorities,
 //! with each node's subtree size. Priorities come from a SplitMix64 sequence seeded per
 //! set, so the shape (and so the cost) does not depend on the order keys arrive in.
+//!
+//! Nodes are shared (`Arc`), so a copy of the set costs O(1) and is a snapshot: a change
+//! to one copy copies the nodes on its path that the other still holds (O(log n)), and
+//! changes nodes in place that only it holds, so a set never copied pays nothing for it.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use crate::document::Document;
 
-type Link = Option<Box<Node>>;
+type Link = Option<Arc<Node>>;
 
+#[derive(Clone)]
 struct Node {
     key: Box<[u8]>,
     /// The key's first 8 bytes (big-endian, zero-padded): most comparisons end on it
@@ -59,12 +65,14 @@ fn merge(a: Link, b: Link) -> Link {
         (a, None) => a,
         (Some(mut a), Some(mut b)) => {
             if a.priority > b.priority {
-                a.right = merge(a.right.take(), Some(b));
-                a.update();
+                let n = Arc::make_mut(&mut a);
+                n.right = merge(n.right.take(), Some(b));
+                n.update();
                 Some(a)
             } else {
-                b.left = merge(Some(a), b.left.take());
-                b.update();
+                let n = Arc::make_mut(&mut b);
+                n.left = merge(Some(a), n.left.take());
+                n.update();
                 Some(b)
             }
         }
@@ -75,17 +83,18 @@ fn merge(a: Link, b: Link) -> Link {
 fn split(link: Link, prefix: u64, key: &[u8]) -> (Link, Link) {
     match link {
         None => (None, None),
-        Some(mut n) => {
+        Some(mut arc) => {
+            let n = Arc::make_mut(&mut arc);
             if n.cmp_key(prefix, key) == Ordering::Greater {
                 let (l, r) = split(n.right.take(), prefix, key);
                 n.right = l;
                 n.update();
-                (Some(n), r)
+                (Some(arc), r)
             } else {
                 let (l, r) = split(n.left.take(), prefix, key);
                 n.left = r;
                 n.update();
-                (l, Some(n))
+                (l, Some(arc))
             }
         }
     }
@@ -94,7 +103,7 @@ fn split(link: Link, prefix: u64, key: &[u8]) -> (Link, Link) {
 /// Removes `key`'s node from the tree at `link`: its rank within that tree and its
 /// document.
 fn remove(link: &mut Link, prefix: u64, key: &[u8]) -> Option<(usize, Document)> {
-    let n = link.as_mut()?;
+    let n = Arc::make_mut(link.as_mut()?);
     let removed = match n.cmp_key(prefix, key) {
         Ordering::Less => remove(&mut n.left, prefix, key),
         Ordering::Greater => {
@@ -102,10 +111,13 @@ fn remove(link: &mut Link, prefix: u64, key: &[u8]) -> Option<(usize, Document)>
             remove(&mut n.right, prefix, key).map(|(r, d)| (r + below, d))
         }
         Ordering::Equal => {
-            let mut node = link.take()?;
-            let rank = size(&node.left);
-            *link = merge(node.left.take(), node.right.take());
-            return Some((rank, node.doc));
+            // Held once now (make_mut above): taken apart without a copy.
+            let Node {
+                left, right, doc, ..
+            } = Arc::unwrap_or_clone(link.take()?);
+            let rank = size(&left);
+            *link = merge(left, right);
+            return Some((rank, doc));
         }
     };
     if removed.is_some() {
@@ -116,9 +128,10 @@ fn remove(link: &mut Link, prefix: u64, key: &[u8]) -> Option<(usize, Document)>
 
 /// Inserts `node` (whose key is not in the tree) into the tree at `link`; its rank within
 /// that tree. It goes down to where its priority puts it, and splits what is there.
-fn insert(link: &mut Link, mut node: Box<Node>) -> usize {
+fn insert(link: &mut Link, mut node: Node) -> usize {
     match link {
         Some(n) if n.priority >= node.priority => {
+            let n = Arc::make_mut(n);
             n.size += 1;
             if n.cmp_key(node.prefix, &node.key) == Ordering::Less {
                 insert(&mut n.left, node)
@@ -133,7 +146,7 @@ fn insert(link: &mut Link, mut node: Box<Node>) -> usize {
             node.right = r;
             node.update();
             let rank = size(&node.left);
-            *link = Some(node);
+            *link = Some(Arc::new(node));
             rank
         }
     }
@@ -154,23 +167,11 @@ impl std::fmt::Debug for Ranked {
     }
 }
 
+/// O(1): the copies share their nodes until one of them changes.
 impl Clone for Ranked {
     fn clone(&self) -> Ranked {
-        fn copy(link: &Link) -> Link {
-            link.as_ref().map(|n| {
-                Box::new(Node {
-                    key: n.key.clone(),
-                    prefix: n.prefix,
-                    doc: n.doc.clone(),
-                    priority: n.priority,
-                    size: n.size,
-                    left: copy(&n.left),
-                    right: copy(&n.right),
-                })
-            })
-        }
         Ranked {
-            root: copy(&self.root),
+            root: self.root.clone(),
             seed: self.seed,
         }
     }
@@ -193,7 +194,7 @@ impl Ranked {
             let left = build(entries, n / 2);
             let (key, doc) = entries.next()?;
             let right = build(entries, n - n / 2 - 1);
-            let mut node = Box::new(Node {
+            let mut node = Arc::new(Node {
                 prefix: prefix_of(&key),
                 key: key.into_boxed_slice(),
                 doc,
@@ -202,7 +203,7 @@ impl Ranked {
                 left,
                 right,
             });
-            node.update();
+            Arc::make_mut(&mut node).update();
             Some(node)
         }
         let n = entries.len();
@@ -210,8 +211,9 @@ impl Ranked {
         let mut priorities: Vec<u64> = (0..n).map(|_| set.next_priority()).collect();
         priorities.sort_unstable_by(|a, b| b.cmp(a));
         let mut queue = std::collections::VecDeque::new();
-        if let Some(r) = set.root.as_deref_mut() {
-            queue.push_back(r);
+        // Every node is new and held once: make_mut copies nothing.
+        if let Some(r) = set.root.as_mut() {
+            queue.push_back(Arc::make_mut(r));
         }
         let mut next = priorities.into_iter();
         while let Some(Node {
@@ -222,11 +224,11 @@ impl Ranked {
         }) = queue.pop_front()
         {
             *priority = next.next().unwrap_or(0);
-            if let Some(l) = left.as_deref_mut() {
-                queue.push_back(l);
+            if let Some(l) = left.as_mut() {
+                queue.push_back(Arc::make_mut(l));
             }
-            if let Some(r) = right.as_deref_mut() {
-                queue.push_back(r);
+            if let Some(r) = right.as_mut() {
+                queue.push_back(Arc::make_mut(r));
             }
         }
         set
@@ -247,7 +249,7 @@ impl Ranked {
 
     /// Inserts a document under a key not in the set; its rank.
     pub(crate) fn insert(&mut self, key: Box<[u8]>, doc: Document) -> usize {
-        let node = Box::new(Node {
+        let node = Node {
             prefix: prefix_of(&key),
             key,
             doc,
@@ -255,7 +257,7 @@ impl Ranked {
             size: 1,
             left: None,
             right: None,
-        });
+        };
         insert(&mut self.root, node)
     }
 
@@ -279,7 +281,6 @@ impl Ranked {
     }
 
     /// How many keys are smaller than `key`.
-    #[cfg(test)]
     pub(crate) fn rank(&self, key: &[u8]) -> usize {
         let prefix = prefix_of(key);
         let mut link = &self.root;
@@ -326,13 +327,14 @@ impl Ranked {
     pub(crate) fn into_entries(self) -> Vec<(Box<[u8]>, Document)> {
         fn walk(link: Link, out: &mut Vec<(Box<[u8]>, Document)>) {
             if let Some(n) = link {
+                // Taken whole where no copy holds it, copied where one does.
                 let Node {
                     key,
                     doc,
                     left,
                     right,
                     ..
-                } = *n;
+                } = Arc::unwrap_or_clone(n);
                 walk(left, out);
                 out.push((key, doc));
                 walk(right, out);
@@ -355,7 +357,7 @@ pub(crate) struct Iter<'a> {
 impl<'a> Iter<'a> {
     fn descend(&mut self, mut link: &'a Link) {
         while let Some(n) = link {
-            self.stack.push(n);
+            self.stack.push(n.as_ref());
             link = &n.left;
         }
     }
@@ -445,6 +447,48 @@ mod tests {
             let entries: Vec<_> = set.clone().into_entries().into_iter().map(|(k, _)| k.to_vec()).collect();
             let want: Vec<_> = reference.iter().map(|(k, _)| k.clone()).collect();
             proptest::prop_assert_eq!(entries, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// Copies taken between changes are snapshots: each still walks as the set was when
+        /// it was taken, while the set (and the other copies) change, in either direction
+        /// (changes to a copy leave the set alone too).
+        #[test]
+        fn copies_are_snapshots(
+            start in proptest::collection::btree_set(0u32..200, 0..100),
+            ops in proptest::collection::vec((proptest::bool::ANY, 0u32..200, proptest::bool::ANY), 0..150),
+        ) {
+            let names = |set: &Ranked| set.iter().map(|d| d.name.clone()).collect::<Vec<_>>();
+            let mut entries: Vec<(Vec<u8>, u32)> = start.iter().map(|&i| (key(i), i)).collect();
+            entries.sort();
+            let mut set = Ranked::from_sorted(entries.iter().map(|(k, i)| (k.clone(), doc(*i))).collect());
+            let mut copies: Vec<(Ranked, Vec<_>)> = Vec::new();
+            for (insert, i, copy) in ops {
+                let k = key(i);
+                if insert {
+                    if set.get(&k).is_none() {
+                        set.insert(k.into_boxed_slice(), doc(i));
+                    }
+                } else {
+                    set.remove(&k);
+                }
+                if copy {
+                    copies.push((set.clone(), names(&set)));
+                }
+                for (c, want) in &copies {
+                    proptest::prop_assert_eq!(&names(c), want);
+                }
+            }
+            // A copy changed leaves the set as it was.
+            let before = names(&set);
+            if let Some((mut c, _)) = copies.pop() {
+                for i in 0..200 {
+                    c.remove(&key(i));
+                }
+                proptest::prop_assert_eq!(c.len(), 0);
+            }
+            proptest::prop_assert_eq!(names(&set), before);
         }
     }
 

@@ -141,6 +141,22 @@ impl View {
         self.docs.iter().cloned().collect()
     }
 
+    /// The current result as an unchanging copy: O(1), its parts shared with the view until
+    /// the view changes them (then O(log n) per change).
+    pub fn snapshot(&self) -> ResultSnapshot {
+        ResultSnapshot(self.docs.clone())
+    }
+
+    /// Document `name` as the result holds it.
+    pub fn get(&self, name: &DocumentName) -> Option<&Document> {
+        self.docs.get(self.keys.get(name)?)
+    }
+
+    /// Document `name`'s position in the result. O(log n).
+    pub fn index_of(&self, name: &DocumentName) -> Option<usize> {
+        self.keys.get(name).map(|k| self.docs.rank(k))
+    }
+
     /// The number of documents in the result.
     pub fn len(&self) -> usize {
         self.docs.len()
@@ -375,6 +391,38 @@ impl View {
             super::model::Source::Collection(c) => c.contains(name),
             super::model::Source::CollectionGroup(g) => name.collection_id() == g,
         }
+    }
+}
+
+/// A view's result at one moment ([`View::snapshot`]): what a listener's snapshot shows,
+/// however the view changes after.
+#[derive(Clone, Debug)]
+pub struct ResultSnapshot(Ranked);
+
+impl ResultSnapshot {
+    /// An empty result.
+    pub fn empty() -> ResultSnapshot {
+        ResultSnapshot(Ranked::from_sorted(Vec::new()))
+    }
+
+    /// The documents, in query order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Document> + '_ {
+        self.0.iter()
+    }
+
+    /// The documents, in query order, as a list. O(n).
+    pub fn to_vec(&self) -> Vec<Document> {
+        self.0.iter().cloned().collect()
+    }
+
+    /// The number of documents.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the result is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
     }
 }
 
