@@ -323,6 +323,7 @@ impl Engine {
         };
         view.reset(docs);
         l.synced = false;
+        self.view_changes.borrow_mut().0 = true;
         self.raise_query(l, &pending_names, None);
     }
 
@@ -424,6 +425,7 @@ impl Engine {
         if changed.is_empty() {
             return Vec::new();
         }
+        (self.view_changes.borrow_mut().1).extend(changed.iter().map(|(n, _)| n.clone()));
         if self.debug {
             let list: Vec<String> = changed
                 .iter()
@@ -597,6 +599,36 @@ impl Engine {
             Watched::Document(name, Some(_)) if stale(name) => vec![name.clone()],
             Watched::Document(..) => Vec::new(),
         }
+    }
+
+    /// The documents of listener `id`'s result among `candidates` that are `stale`
+    /// ([`Engine::unsynced`]'s test), each once. O(c log n) for c candidates.
+    pub fn unsynced_among<'a>(
+        &self,
+        id: u64,
+        candidates: impl Iterator<Item = &'a DocumentName>,
+        synced: &BTreeSet<DocumentName>,
+        pending: &HashSet<DocumentName>,
+    ) -> BTreeSet<DocumentName> {
+        let listeners = self.listeners.borrow();
+        let Some(l) = listeners.get(&id) else {
+            return BTreeSet::new();
+        };
+        let shown = |n: &DocumentName| match &l.watched {
+            Watched::Query(view) => view.contains(n),
+            Watched::Document(name, doc) => name == n && doc.is_some(),
+        };
+        candidates
+            .filter(|n| shown(n) && !synced.contains(*n) && !pending.contains(*n))
+            .cloned()
+            .collect()
+    }
+
+    /// What changed listeners' views since the last call: whether a view was replaced
+    /// whole, and the names of the documents that changed locally (the local view, or the
+    /// pending writes over it).
+    pub fn take_view_changes(&self) -> (bool, HashSet<DocumentName>) {
+        std::mem::take(&mut *self.view_changes.borrow_mut())
     }
 
     /// Marks relay targets consistent without raising anything yet: the snapshot that brings

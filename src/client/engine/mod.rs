@@ -126,6 +126,10 @@ pub struct Engine {
     external: AsyncLock,
     /// Callbacks queued during an update, run by `flush` once no engine state is borrowed.
     outbox: RefCell<Vec<(Callback, ListenEvent)>>,
+    /// What changed listeners' views since the sync layer last asked
+    /// (`take_view_changes`): the names of every local change, and whether a view was
+    /// replaced whole (a first result, a refill).
+    view_changes: RefCell<(bool, HashSet<DocumentName>)>,
     /// Hooks the sync layer installs. Called with each new batch (the sync layer sends it).
     pub on_batch: Hook<dyn Fn(&Batch)>,
     /// Called when a listener starts (the sync layer listens to the relay).
@@ -231,6 +235,7 @@ impl Engine {
             lock: AsyncLock::default(),
             external: AsyncLock::default(),
             outbox: RefCell::new(Vec::new()),
+            view_changes: RefCell::new((false, HashSet::new())),
             on_batch: RefCell::new(None),
             on_listen: RefCell::new(None),
             on_unlisten: RefCell::new(None),

@@ -3,10 +3,10 @@
 //! consistent, and the listen targets they advance (resume versions, limbo reads).
 
 use hearth_core::error::ErrorCode;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::rc::Rc;
 
-use super::{ReceivedSnapshot, Sync, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS};
+use super::{ReceivedSnapshot, Sync, Target, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS};
 use crate::client::engine::{Batch, Engine};
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
@@ -58,15 +58,35 @@ impl Sync {
     /// Keeps a limbo listen on each document a listener shows that its target's result
     /// lacks, and drops the ones no longer needed. Only targets whose whole result the
     /// relay has sent on this connection count (a resumed Delta says only what changed).
-    fn resolve_limbo(&self, engine: &Engine) {
+    ///
+    /// A target checked before is checked again only at its stale documents of then and
+    /// the documents that changed since (`touched`: in the snapshot's changes; and in the
+    /// local view or the pending writes, which the engine records), since a document's
+    /// staleness changes only with its membership of the view, of the target's result or
+    /// of the pending writes. A view replaced whole, or a target reset or answered anew,
+    /// is checked whole.
+    fn resolve_limbo(&self, engine: &Engine, touched: HashSet<DocumentName>) {
+        let (all, mut changed) = engine.take_view_changes();
+        changed.extend(touched);
         let wanted: BTreeSet<DocumentName> = {
             let pending = engine.pending_names();
             let targets = self.targets.borrow();
-            targets
-                .values()
-                .filter(|t| t.limbo.is_none() && t.complete && t.answered)
-                .flat_map(|t| engine.unsynced(t.listener, &t.docs, &pending))
-                .collect()
+            let mut checked = self.limbo_checked.borrow_mut();
+            let eligible = |t: &Target| t.limbo.is_none() && t.complete && t.answered;
+            checked.retain(|id, _| targets.get(id).is_some_and(eligible));
+            for (id, t) in targets.iter().filter(|(_, t)| eligible(t)) {
+                let stale = match checked.get(id) {
+                    Some(before) if !all => {
+                        let candidates = before.iter().chain(changed.iter());
+                        engine.unsynced_among(t.listener, candidates, &t.docs, &pending)
+                    }
+                    _ => (engine.unsynced(t.listener, &t.docs, &pending))
+                        .into_iter()
+                        .collect(),
+                };
+                checked.insert(*id, stale);
+            }
+            checked.values().flatten().cloned().collect()
         };
         let unneeded: Vec<u32> = self
             .limbo
@@ -442,6 +462,7 @@ impl Sync {
         });
         let mut checks = self.existence_checks(&engine, snapshot.existence).await;
         let mut states = States::default();
+        let mut touched = HashSet::new();
         let mut current = Vec::new();
         let mut mismatched = Vec::new();
         {
@@ -456,7 +477,10 @@ impl Sync {
                     if kind == TargetChangeKind::Reset {
                         t.docs.clear();
                         t.complete = true;
+                        // Documents it held may be gone from it unnamed: checked whole.
+                        self.limbo_checked.borrow_mut().remove(&id);
                     }
+                    touched.extend(changes.iter().map(|c| c.name().clone()));
                     for c in changes {
                         match c {
                             DocumentChange::Upsert(d) => {
@@ -481,6 +505,7 @@ impl Sync {
                     }
                 }
                 if let Some(p) = checks.iter().position(|(c, _)| *c == id) {
+                    self.limbo_checked.borrow_mut().remove(&id);
                     if !checks.swap_remove(p).1.settle(t, &left) {
                         // Not current: it listens again from scratch below.
                         mismatched.push(id);
@@ -518,7 +543,7 @@ impl Sync {
             }
         }
         engine.forget_absent(version);
-        self.resolve_limbo(&engine);
+        self.resolve_limbo(&engine, touched);
         engine.targets_current(&current);
         for id in mismatched {
             self.listen_whole_again(id);

@@ -195,6 +195,10 @@ pub struct Sync {
     /// Documents in limbo (they left a result; deleted, or changed so they no longer
     /// match) with the target that resolves each.
     limbo: RefCell<HashMap<DocumentName, u32>>,
+    /// For each target whose stale documents were found (`resolve_limbo`), those documents:
+    /// the next look checks only them and the documents that changed since. A target
+    /// without an entry (new, reset, answered again) is checked whole.
+    limbo_checked: RefCell<HashMap<u32, BTreeSet<DocumentName>>>,
     /// Whether the page set `globalThis.__HEARTH_DEBUG__` before opening: the sync layer then
     /// logs what it sends and applies (`console.debug`), for diagnosing a sync problem.
     debug: bool,
@@ -274,6 +278,7 @@ impl Sync {
             answers: RefCell::new(HashMap::new()),
             answering: Cell::new(false),
             limbo: RefCell::new(HashMap::new()),
+            limbo_checked: RefCell::new(HashMap::new()),
             debug: js_sys::Reflect::get(&js_sys::global(), &"__HEARTH_DEBUG__".into())
                 .is_ok_and(|v| v.is_truthy()),
         });
