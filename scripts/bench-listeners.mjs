@@ -7,8 +7,16 @@
 // and each update is also awaited until the relay acknowledged it.
 //
 //   node scripts/bench-listeners.mjs [--docs N] [--listeners L] [--writes W] [--relay]
+//   node scripts/bench-listeners.mjs --distinct [--docs N] [--listeners L] [--writes W]
 //
-// Needs pkg/ (bash scripts/build-pkg) and, with --relay, target/release/hearth-relay.
+// --distinct: L listeners with distinct queries in one page (`where('n', '>=', l)`,
+// `orderBy('n', 'desc')`, `limit(1)`, each l its own) over a relay; prints the time until
+// every listener has its first snapshot from the relay, then, for W writes made by another
+// client (another browser profile) that enter every result, the time from the write until
+// every listener raised it.
+//
+// Needs pkg/ (bash scripts/build-pkg) and, with --relay or --distinct,
+// target/release/hearth-relay.
 import { startServer, startBrowser, startRelayProcess } from '../pkg-tests/e2e/harness.mjs';
 
 function arg(name, dflt) {
@@ -18,13 +26,18 @@ function arg(name, dflt) {
 const docs = arg('docs', 10000);
 const listeners = arg('listeners', 20);
 const writes = arg('writes', 100);
-const withRelay = process.argv.includes('--relay');
+const distinct = process.argv.includes('--distinct');
+const withRelay = distinct || process.argv.includes('--relay');
 
 if (withRelay) process.env.HEARTH_RELAY_BIN ??= new URL('../target/release/hearth-relay', import.meta.url).pathname;
 const relay = withRelay ? await startRelayProcess() : null;
 const server = await startServer();
 const browser = await startBrowser();
 try {
+  if (distinct) {
+    await distinctListeners();
+    process.exit(0);
+  }
   const page = await browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
   const result = await page.evaluate(async ({ docs, listeners, writes, relay }) => {
     const db = await window.hearth.Hearth.open({ name: 'bench-listeners', ...(relay ? { relay } : {}) });
@@ -77,4 +90,59 @@ try {
   await browser.stop();
   await server.stop();
   await relay?.stop();
+}
+
+/** The --distinct measurement (see the top of this file). */
+async function distinctListeners() {
+  const other = await startBrowser();
+  try {
+    const writer = await other.page(`${server.origin}/pkg-tests/e2e/page.html`);
+    await writer.evaluate(async ({ docs, relay }) => {
+      const db = window.db = await window.hearth.Hearth.open({ name: 'bench-distinct', relay });
+      for (let i = 0; i < docs; i += 500) {
+        const b = db.batch();
+        for (let k = i; k < Math.min(docs, i + 500); k++) b.set(db.doc(`items/d${k}`), { n: k });
+        await b.commit();
+      }
+    }, { docs, relay: relay.url });
+    const page = await browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
+    const first = await page.evaluate(async ({ listeners, relay }) => {
+      const db = await window.hearth.Hearth.open({ name: 'bench-distinct', relay });
+      window.top1 = Array.from({ length: listeners }, () => null);
+      window.fromServer = 0;
+      const t0 = performance.now();
+      for (let l = 0; l < listeners; l++) {
+        let server = false;
+        db.collection('items').where('n', '>=', l).orderBy('n', 'desc').limit(1).onSnapshot((s) => {
+          if (!server && !s.metadata.fromCache) { server = true; window.fromServer++; }
+          const d = s.docs[0];
+          if (d && d.data().n >= 1e9) window.top1[l] = { n: d.data().n, at: Date.now() };
+        });
+      }
+      while (window.fromServer < listeners) await new Promise((r) => setTimeout(r, 5));
+      return performance.now() - t0;
+    }, { listeners, relay: relay.url });
+    const latencies = [];
+    for (let w = 1; w <= writes; w++) {
+      const at = await writer.evaluate(async (n) => {
+        const at = Date.now();
+        await window.db.doc('items/top').set({ n });
+        return at;
+      }, 1e9 + w);
+      const seen = await page.waitForFunction((n) => {
+        if (window.top1.some((x) => x?.n !== n)) return null;
+        return Math.max(...window.top1.map((x) => x.at));
+      }, 1e9 + w, { timeout: 60000, polling: 5 });
+      latencies.push((await seen.jsonValue()) - at);
+    }
+    latencies.sort((a, b) => a - b);
+    console.log(JSON.stringify({ measurement: 'distinct_listeners', docs, listeners, writes,
+      first_snapshots_from_relay_ms: Number(first.toFixed(1)),
+      remote_write_to_all_ms: { p50: latencies[Math.floor(latencies.length / 2)], max: latencies.at(-1), all: latencies } }));
+  } finally {
+    await other.stop();
+    await browser.stop();
+    await server.stop();
+    await relay?.stop();
+  }
 }
