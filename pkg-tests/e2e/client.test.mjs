@@ -322,3 +322,39 @@ test('a document deleted elsewhere while offline leaves the cached result when b
   await a.close();
   await b.close();
 });
+
+// An app that keeps only its listeners (not the database object) must keep hearing the
+// relay, as a Firestore instance lives until terminate(). Before, the object's garbage
+// collection freed the engine's side: the listener went silent for good and the socket kept
+// calling freed handlers ("closure invoked recursively or after being dropped").
+test('a database the app no longer references keeps its listeners until close()', { timeout: 60000 }, async () => {
+  const p = await page();
+  const errors = [];
+  p.on('pageerror', (e) => errors.push(String(e)));
+  await p.evaluate(async (url) => {
+    window.heard = [];
+    // The database object is local to this function: only the listener outlives it.
+    const db = await window.hearth.Hearth.open({ name: 'unreferenced', relay: url });
+    window.unsubscribe = db.collection('items').onSnapshot((s) => {
+      window.heard.push(s.docs.map((d) => d.id).join(','));
+    });
+  }, env.relay.url);
+  await p.waitForFunction(() => window.heard.length > 0);
+  // Collect garbage: the database object is unreachable from the page now.
+  const cdp = await p.context().newCDPSession(p);
+  await cdp.send('HeapProfiler.enable');
+  for (let i = 0; i < 3; i++) {
+    await cdp.send('HeapProfiler.collectGarbage');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const w = await page();
+  await open(w, 'unreferenced');
+  await w.evaluate(() => window.db.doc('items/late').set({ n: 1 }));
+  await p.waitForFunction(() => window.heard.some((ids) => ids.includes('late')), null, { timeout: 15000 })
+    .catch(() => {});
+  const heard = await p.evaluate(() => window.heard);
+  assert.ok(heard.some((ids) => ids.includes('late')), `the listener heard the write made after the collection: ${JSON.stringify(heard)}`);
+  assert.deepEqual(errors, []);
+  await w.close();
+  await p.close();
+});

@@ -46,6 +46,11 @@ pub struct Db {
 thread_local! {
     /// The databases open in this context, by name, with how many instances hold each.
     static OPEN: std::cell::RefCell<HashMap<String, u32>> = std::cell::RefCell::new(HashMap::new());
+    /// Every instance open in this context, held until its `close()`: as a Firestore
+    /// instance lives until `terminate()`, an instance the app no longer references keeps
+    /// its listeners, its queued writes and its relay connection (the JS object's garbage
+    /// collection must not end them silently, nor leave the socket calling freed handlers).
+    static LIVE: std::cell::RefCell<Vec<Rc<Db>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Counts an instance of database `name` opened (`1`) or closed (`-1`) in this context.
@@ -293,6 +298,7 @@ impl Hearth {
                 channel: std::cell::RefCell::new(None),
             });
             db.link_tabs();
+            LIVE.with(|l| l.borrow_mut().push(db.clone()));
             if db.engine.cache.budget().is_some() {
                 // The first collection measures what earlier sessions left.
                 let engine = db.engine.clone();
@@ -394,6 +400,7 @@ impl Hearth {
     pub fn close(&self) -> Promise {
         if !self.db.closed.replace(true) {
             opened(self.db.engine.store.name(), -1);
+            LIVE.with(|l| l.borrow_mut().retain(|d| !Rc::ptr_eq(d, &self.db)));
         }
         self.db.unlink_tabs();
         if let Some(s) = &self.db.sync {
