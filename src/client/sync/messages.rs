@@ -6,7 +6,9 @@ use hearth_core::error::ErrorCode;
 use std::collections::{BTreeSet, HashSet};
 use std::rc::Rc;
 
-use super::{ReceivedSnapshot, Sync, Target, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS};
+use super::{
+    ReceivedSnapshot, Sync, Target, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS, RESUME_STORE_MS,
+};
 use crate::client::engine::{Batch, Engine};
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
@@ -114,6 +116,11 @@ impl Sync {
     /// theirs: their documents are held.
     pub(super) fn forget_resume_points(&self) {
         self.stored_resume.borrow_mut().clear();
+        // The eviction deleted the listened targets' stored versions too: each stores its
+        // own again with its next snapshot.
+        for t in self.targets.borrow_mut().values_mut() {
+            t.stored_at = 0.0;
+        }
     }
 
     /// Whether a listen sent on this connection has not been answered yet (limbo listens
@@ -463,6 +470,8 @@ impl Sync {
         let mut checks = self.existence_checks(&engine, snapshot.existence).await;
         let mut states = States::default();
         let mut touched = HashSet::new();
+        // Targets whose result this snapshot changed (or reset).
+        let mut changed = HashSet::new();
         let mut current = Vec::new();
         let mut mismatched = Vec::new();
         {
@@ -473,6 +482,12 @@ impl Sync {
                     continue;
                 };
                 let mut left = BTreeSet::new();
+                if !buffered
+                    .iter()
+                    .all(|(kind, c)| c.is_empty() && *kind != TargetChangeKind::Reset)
+                {
+                    changed.insert(id);
+                }
                 for (kind, changes) in buffered {
                     if kind == TargetChangeKind::Reset {
                         t.docs.clear();
@@ -525,14 +540,23 @@ impl Sync {
         engine.mark_current(&current);
         // The current targets' resume versions go in the documents' transaction.
         let persist: Vec<WriteOp> = {
-            let targets = self.targets.borrow();
-            (current.iter().filter_map(|id| targets.get(id)))
-                .map(|t| WriteOp::Put {
-                    store: Store::Targets,
-                    key: Key::Bytes(t.key.clone()),
-                    value: version.to_be_bytes().to_vec(),
-                })
-                .collect()
+            let now = js_sys::Date::now();
+            let mut targets = self.targets.borrow_mut();
+            let mut ops = Vec::new();
+            for id in &current {
+                let Some(t) = targets.get_mut(id) else {
+                    continue;
+                };
+                if changed.contains(id) || now - t.stored_at >= RESUME_STORE_MS {
+                    t.stored_at = now;
+                    ops.push(WriteOp::Put {
+                        store: Store::Targets,
+                        key: Key::Bytes(t.key.clone()),
+                        value: version.to_be_bytes().to_vec(),
+                    });
+                }
+            }
+            ops
         };
         engine
             .listen_snapshot(states.into_list(), version, persist)

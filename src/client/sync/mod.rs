@@ -48,6 +48,11 @@ const COMMIT_RETRIES: u32 = 6;
 /// live and is not.
 const LISTEN_BACKOFF_MS: f64 = 250.0;
 const LISTEN_BACKOFF_MAX_MS: f64 = 10_000.0;
+/// A current target's resume version is stored with a snapshot that changed its result, and
+/// otherwise at most this often (ms), as Firestore persists a resume token: a snapshot then
+/// writes as many records as targets it changed, not one per listener. A version stored
+/// earlier is still a right place to resume from (the relay sends what changed since it).
+const RESUME_STORE_MS: f64 = 5.0 * 60.0 * 1000.0;
 
 /// Where a request's reply goes.
 type Reply = Box<dyn FnOnce(Result<ServerMessage, ClientError>)>;
@@ -93,6 +98,9 @@ struct Target {
     /// it. Each target has its own, so one outage ending many targets at once does not
     /// push any of them past a short wait.
     backoff_ms: f64,
+    /// When the target's resume version was last stored (`Date.now()`, 0: never in this
+    /// session): see `RESUME_STORE_MS`.
+    stored_at: f64,
 }
 
 /// The connection state of one database.

@@ -40,6 +40,7 @@ impl Sync {
             limbo: None,
             existence: None,
             backoff_ms: LISTEN_BACKOFF_MS,
+            stored_at: 0.0,
         });
         self.by_listener.borrow_mut().insert(listener, target_id);
         if let Some(e) = self.engine() {
@@ -76,6 +77,7 @@ impl Sync {
             limbo: Some(name.clone()),
             existence: None,
             backoff_ms: LISTEN_BACKOFF_MS,
+            stored_at: 0.0,
         });
         self.limbo.borrow_mut().insert(name, target_id);
     }
