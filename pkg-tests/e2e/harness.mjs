@@ -1,7 +1,7 @@
 // Test harness: a real hearth-relay process, a static file server for the repository (so
 // pages load /pkg/hearth.js), and headless Chromium driven by playwright-core.
 import { before, after } from 'node:test';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
@@ -42,9 +42,9 @@ export async function startServer() {
     stop: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }) };
 }
 
-/** Launches headless Chromium with a fresh profile (the flags TOOLCHAIN.md requires). */
-export async function startBrowser() {
-  const profile = mkdtempSync(join(tmpdir(), 'hearth-chromium-'));
+/** Launches headless Chromium with a fresh profile (the flags TOOLCHAIN.md requires), or
+ *  with `profile`, the directory of one a killed browser left (see `kill9`). */
+export async function startBrowser(profile = mkdtempSync(join(tmpdir(), 'hearth-chromium-'))) {
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
@@ -54,6 +54,7 @@ export async function startBrowser() {
   });
   return {
     context,
+    profile,
     async page(path) {
       const page = await context.newPage();
       page.on('pageerror', (e) => console.error('page error:', e));
@@ -64,6 +65,21 @@ export async function startBrowser() {
     async stop() {
       await context.close();
       rmSync(profile, { recursive: true, force: true });
+    },
+    /** Kills the browser process with SIGKILL (a crash: no unload, no flush), waits until
+     *  none of its processes is left, and keeps the profile for `startBrowser(profile)`. */
+    async kill9() {
+      const pids = () => {
+        const out = spawnSync('pgrep', ['-f', '--', `--user-data-dir=${profile}`], { encoding: 'utf8' }).stdout;
+        return out.split('\n').filter(Boolean).map(Number);
+      };
+      const main = pids().find((pid) => {
+        try { return !readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('--type='); } catch { return false; }
+      });
+      if (main) process.kill(main, 'SIGKILL');
+      for (let i = 0; i < 100 && pids().length; i++) await new Promise((r) => setTimeout(r, 50));
+      for (const pid of pids()) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+      await context.close().catch(() => {});
     },
   };
 }

@@ -1,7 +1,7 @@
 // The model test's command line (scripts/model-sync runs it): seeds one after another,
 // a line per seed, a full report for each failure, and a summary. Exit status 1 if any
 // seed failed.
-//   node pkg-tests/model/cli.mjs [--seeds 1-50 | --seed N] [--ops 300] [--clients 3]
+//   node pkg-tests/model/cli.mjs [--seeds 1-50 | --seed N] [--ops 300] [--clients 3] [--tabs 1]
 //                                [--skip kind,kind] [--only 0-5,9] [--stop-on-failure]
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,7 +10,7 @@ import { runSeed, report } from './runner.mjs';
 import { WEIGHTS } from './ops.mjs';
 
 function parse(argv) {
-  const o = { seeds: [1, 10], ops: 300, clients: 3, skip: [], only: null, stop: false };
+  const o = { seeds: [1, 10], ops: 300, clients: 3, tabs: 1, skip: [], only: null, stop: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -24,6 +24,7 @@ function parse(argv) {
       o.seeds = [Number(m[1]), Number(m[2] ?? m[1])];
     } else if (a === '--ops') o.ops = Number(value());
     else if (a === '--clients') o.clients = Number(value());
+    else if (a === '--tabs') o.tabs = Number(value());
     else if (a === '--skip') o.skip = value().split(',').filter(Boolean);
     else if (a === '--only') {
       o.only = value().split(',').flatMap((part) => {
@@ -32,21 +33,22 @@ function parse(argv) {
       });
     } else if (a === '--stop-on-failure') o.stop = true;
     else if (a === '--help' || a === '-h') {
-      console.log(`usage: bash scripts/model-sync [--seeds 1-50 | --seed N] [--ops 300] [--clients 3] [--skip names] [--only ops] [--stop-on-failure]
+      console.log(`usage: bash scripts/model-sync [--seeds 1-50 | --seed N] [--ops 300] [--clients 3] [--tabs 1] [--skip names] [--only ops] [--stop-on-failure]
+  --clients: browser profiles; --tabs: tabs of each (one origin: they share one engine)
   --skip: operation kinds, or listeners, to leave out, comma-separated: ${Object.keys(WEIGHTS).join(', ')},
           or a query name of pkg-tests/model/schema.mjs, counters, txn, or a document listener path
   --only: run only these ops of the seed's schedule (indices and ranges: 0-5,9), to reduce a failure`);
       process.exit(0);
     } else throw new Error(`unknown argument ${a} (see --help)`);
   }
-  if (!(o.clients >= 3) || !(o.ops >= 1)) throw new Error('--clients must be at least 3 and --ops at least 1');
+  if (!(o.clients >= 2) || !(o.tabs >= 1) || !(o.ops >= 1) || o.clients * o.tabs < 3) throw new Error('--clients must be at least 2, --tabs at least 1 (3 tabs in all) and --ops at least 1');
   return o;
 }
 
 const o = parse(process.argv.slice(2));
 const results = [];
 for (let seed = o.seeds[0]; seed <= o.seeds[1]; seed++) {
-  const r = await runSeed({ seed, ops: o.ops, clients: o.clients, skip: o.skip, only: o.only, print: () => {} });
+  const r = await runSeed({ seed, ops: o.ops, clients: o.clients, tabs: o.tabs, skip: o.skip, only: o.only, print: () => {} });
   results.push(r);
   const phases = Object.entries(r.phases).map(([k, v]) => `${k} ${(v / 1000).toFixed(1)}`).join(', ');
   console.log(`seed ${seed}: ${r.ok ? 'ok' : `FAILED (${r.failures.length} failures)`} in ${(r.ms / 1000).toFixed(1)} s (${phases})`);
@@ -60,7 +62,7 @@ for (let seed = o.seeds[0]; seed <= o.seeds[1]; seed++) {
 }
 const failed = results.filter((r) => !r.ok);
 const total = results.reduce((s, r) => s + r.ms, 0);
-console.log(`summary: ${results.length - failed.length}/${results.length} seeds passed, ${o.ops} ops and ${o.clients} clients each, ${(total / 1000).toFixed(0)} s in all`);
+console.log(`summary: ${results.length - failed.length}/${results.length} seeds passed, ${o.ops} ops and ${o.clients} profiles of ${o.tabs} tab(s) each, ${(total / 1000).toFixed(0)} s in all`);
 if (failed.length) {
   console.log(`failed seeds: ${failed.map((r) => r.seed).join(' ')}`);
   for (const r of failed) console.log(`  seed ${r.seed}: ${r.failures[0]}\n    replay: ${r.replay}`);

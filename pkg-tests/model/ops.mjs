@@ -1,7 +1,12 @@
 // The model test's schedule: from a seed, the listeners each client keeps and the sequence
-// of operations (writes, batches, transactions, offline spells, reloads, relay crashes). It
-// is a pure function of (seed, ops, clients, skip), so a run is replayed from those alone;
-// only the timing of acknowledgements and snapshots differs between runs.
+// of operations (writes, batches, transactions, offline spells, reloads, tab crashes,
+// browser-process kills, relay crashes). It is a pure function of (seed, ops, clients, tabs,
+// skip), so a run is replayed from those alone; only the timing of acknowledgements and
+// snapshots differs between runs.
+//
+// A client is a tab: `clients` browser profiles with `tabs` tabs each (one origin, so the
+// tabs of a profile share one engine). Client c is tab c % tabs of profile
+// floor(c / tabs); going offline and a browser kill take a whole profile.
 import { prng } from './prng.mjs';
 import { COUNTERS, DOC_LISTENERS, GROUPS, ITEM_QUERIES, KEYS, STRINGS, TAGS, TXN_DOCS } from './schema.mjs';
 
@@ -9,7 +14,7 @@ import { COUNTERS, DOC_LISTENERS, GROUPS, ITEM_QUERIES, KEYS, STRINGS, TAGS, TXN
  *  keys of ITEM_QUERIES, `counters`, `txn`, and the paths of DOC_LISTENERS). */
 export const WEIGHTS = {
   set: 10, merge: 8, update: 8, delete: 3, incr: 8, batch: 7, tx: 5,
-  pause: 4, net: 2, offline: 1.5, reload: 1.2, kill: 0.7,
+  pause: 4, net: 2, offline: 1.5, reload: 1.2, kill: 0.7, crash: 0.8, kill9: 0.4,
 };
 
 /** The listeners of client `c`: most query kinds on every client, some with metadata. The
@@ -103,8 +108,12 @@ const batchWrites = (r, tag) => {
   return writes;
 };
 
-/** The schedule of seed `seed`: `{ listeners: [per client], ops: [...] }`. */
-export function schedule({ seed, ops, clients, skip = [] }) {
+/** The schedule of seed `seed`: `{ listeners: [per client], ops: [...] }`, for `clients`
+ *  profiles of `tabs` tabs each (`listeners` and an op's `c` count tabs; `p` is a
+ *  profile). */
+export function schedule({ seed, ops, clients: profiles, tabs = 1, skip = [] }) {
+  const clients = profiles * tabs;
+  const profileOf = (c) => Math.floor(c / tabs);
   const r = prng(seed);
   const weights = { ...WEIGHTS };
   const listenerNames = [...Object.keys(ITEM_QUERIES), 'counters', 'txn', ...DOC_LISTENERS];
@@ -142,17 +151,24 @@ export function schedule({ seed, ops, clients, skip = [] }) {
       if (on) disabled.delete(c); else disabled.add(c);
       out.push({ i, c, kind, on });
     } else if (kind === 'offline') {
-      const on = offline.has(c);
-      if (on) offline.delete(c); else offline.add(c);
-      out.push({ i, c, kind, on });
-    } else if (kind === 'reload') {
+      const p = profileOf(c);
+      const on = offline.has(p);
+      if (on) offline.delete(p); else offline.add(p);
+      out.push({ i, c, p, kind, on });
+    } else if (kind === 'reload' || kind === 'crash') {
       // A page cannot load while its browser is offline: reload a client that is not.
-      const candidates = Array.from({ length: clients }, (_, k) => k).filter((k) => !offline.has(k));
+      const candidates = Array.from({ length: clients }, (_, k) => k).filter((k) => !offline.has(profileOf(k)));
       if (candidates.length === 0) { out.push({ i, kind: 'pause', ms: 50 }); continue; }
       const k = r.pick(candidates);
       // The new page's database starts with its network enabled.
       disabled.delete(k);
       out.push({ i, c: k, kind });
+    } else if (kind === 'kill9') {
+      const candidates = Array.from({ length: profiles }, (_, k) => k).filter((k) => !offline.has(k));
+      if (candidates.length === 0) { out.push({ i, kind: 'pause', ms: 50 }); continue; }
+      const p = r.pick(candidates);
+      for (let k = p * tabs; k < (p + 1) * tabs; k++) disabled.delete(k);
+      out.push({ i, p, kind });
     } else if (kind === 'incr') {
       out.push({ i, c, kind: 'write', what: kind, tag, writes: [counterWrite(r, r.pick(COUNTERS))] });
     } else if (kind === 'batch') {

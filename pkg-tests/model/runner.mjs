@@ -31,8 +31,10 @@ export function describe(op) {
   switch (op.kind) {
     case 'pause': return `#${op.i} pause ${op.ms} ms`;
     case 'net': return `#${op.i}${who} ${op.on ? 'enableNetwork' : 'disableNetwork'}`;
-    case 'offline': return `#${op.i}${who} browser ${op.on ? 'online' : 'offline'}`;
+    case 'offline': return `#${op.i}${who} browser${op.p === undefined ? '' : ` of profile ${op.p}`} ${op.on ? 'online' : 'offline'}`;
     case 'kill': case 'restart': case 'reload': return `#${op.i}${who} ${op.kind}`;
+    case 'crash': return `#${op.i}${who} tab crashes`;
+    case 'kill9': return `#${op.i} browser of profile ${op.p} killed (SIGKILL)`;
     default: {
       const ws = op.writes.map((w) => `${w.how} ${w.path}${w.data ? ` ${canonical(w.data)}` : ''}`).join('; ');
       const head = op.kind === 'write' ? op.what : op.kind;
@@ -43,8 +45,8 @@ export function describe(op) {
 }
 
 /** The replay command of a run. */
-export function replayCommand({ seed, ops, clients, skip = [], only = null }) {
-  return `bash scripts/model-sync --seed ${seed} --ops ${ops} --clients ${clients}${skip.length ? ` --skip ${skip.join(',')}` : ''}${only ? ` --only ${only.join(',')}` : ''}`;
+export function replayCommand({ seed, ops, clients, tabs = 1, skip = [], only = null }) {
+  return `bash scripts/model-sync --seed ${seed} --ops ${ops} --clients ${clients}${tabs > 1 ? ` --tabs ${tabs}` : ''}${skip.length ? ` --skip ${skip.join(',')}` : ''}${only ? ` --only ${only.join(',')}` : ''}`;
 }
 
 /** Compares the clients' states with the relay's as a fresh client read it: each
@@ -84,9 +86,12 @@ function compareStates(server, states) {
 /** Runs one seed; with `only` (op indices), just those ops of its schedule, to reduce a
  *  failure by hand. `print` gets progress lines. Resolves `{ ok, failures, log, ms, ... }`;
  *  never rejects (an error is a failure of the run). */
-export async function runSeed({ seed, ops, clients, skip = [], only = null, print = console.log }) {
+export async function runSeed({ seed, ops, clients: profiles, tabs = 1, skip = [], only = null, print = console.log }) {
   const t0 = Date.now();
-  const plan = schedule({ seed, ops, clients, skip });
+  const plan = schedule({ seed, ops, clients: profiles, tabs, skip });
+  // A client is a tab; `browsers` are the profiles.
+  const clients = profiles * tabs;
+  const profileOf = (c) => Math.floor(c / tabs);
   if (only) plan.ops = plan.ops.filter((op) => only.includes(op.i));
   const failures = [];
   const log = [];
@@ -136,18 +141,48 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
     page.on('pageerror', (e) => consoleErrors.push(`client ${c} page error: ${e.message}`));
   };
 
-  /** Reload while writes are pending: a barrier makes the earlier writes durable locally
-   *  first (a write issued just before a reload may legitimately be lost, as in
-   *  Firestore); promises still unsettled are lost with the page. */
-  const reload = async (c) => {
+  /** Before a page goes (a reload, a crash, a killed browser): a barrier makes the earlier
+   *  writes durable locally first (a write issued just before may legitimately be lost, as
+   *  in Firestore); promises still unsettled are lost with the page. */
+  const beforeGoing = async (c) => {
     await drain(c);
     barrier += 1;
-    await onPage(c, 'barrier before reload', (s) => window.agent.barrier(s), barrier);
+    await onPage(c, 'barrier', (s) => window.agent.barrier(s), barrier);
     const d = await drain(c);
     for (const tag of d.inflight) if (!tag.startsWith('barrier-')) outcomes[tag] = 'lost';
+  };
+  const reload = async (c) => {
+    await beforeGoing(c);
     await bounded(pages[c].reload({ waitUntil: 'load', timeout: 30000 }), 35000, `client ${c}: reload`);
     disabled.delete(c);
     await openClient(c);
+  };
+  /** A new tab for client `c` in its profile. */
+  const newTab = async (c) => {
+    pages[c] = await browsers[profileOf(c)].context.newPage();
+    await watchConsole(c, pages[c]);
+    await pages[c].goto(`${server.origin}/pkg-tests/model/page.html`);
+    disabled.delete(c);
+    await openClient(c);
+  };
+  /** The tab crashes (the renderer process dies: no unload); a new tab takes its place. */
+  const crash = async (c) => {
+    await beforeGoing(c);
+    const cdp = await pages[c].context().newCDPSession(pages[c]);
+    cdp.send('Page.crash').catch(() => {});
+    await bounded(new Promise((r) => { pages[c].once('crash', r); pages[c].once('close', r); }), 10000, `client ${c}: crash`).catch(() => {});
+    await pages[c].close().catch(() => {});
+    await newTab(c);
+  };
+  /** The browser process of profile `p` is killed with SIGKILL; it starts again on the same
+   *  profile and every tab of it opens again. */
+  const kill9 = async (p) => {
+    const tabsOf = Array.from({ length: tabs }, (_, k) => p * tabs + k);
+    for (const c of tabsOf) await beforeGoing(c);
+    const profile = browsers[p].profile;
+    await browsers[p].kill9();
+    browsers[p] = await startBrowser(profile);
+    for (const c of tabsOf) await newTab(c);
   };
 
   const step = async (op) => {
@@ -157,11 +192,15 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
       case 'pause': await sleep(op.ms); break;
       case 'kill': await relay.kill9(); break;
       case 'restart': await relay.start(); break;
-      case 'offline':
-        await browsers[op.c].context.setOffline(!op.on);
-        if (op.on) offline.delete(op.c); else offline.add(op.c);
+      case 'offline': {
+        const p = op.p ?? profileOf(op.c);
+        await browsers[p].context.setOffline(!op.on);
+        if (op.on) offline.delete(p); else offline.add(p);
         break;
+      }
       case 'reload': await reload(op.c); break;
+      case 'crash': await crash(op.c); break;
+      case 'kill9': await kill9(op.p); break;
       default:
         if (op.kind === 'net') { if (op.on) disabled.delete(op.c); else disabled.add(op.c); }
         collect(op.c, await onPage(op.c, describe(op), async (o) => {
@@ -172,13 +211,13 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
   };
 
   try {
-    print(`seed ${seed}: ${ops} ops, ${clients} clients${skip.length ? `, skipping ${skip.join(',')}` : ''}`);
+    print(`seed ${seed}: ${ops} ops, ${profiles} profiles of ${tabs} tab${tabs > 1 ? 's' : ''}${skip.length ? `, skipping ${skip.join(',')}` : ''}`);
     let t = Date.now();
     relay = await launchRelay(root);
     server = await startServer();
+    for (let p = 0; p < profiles; p++) browsers[p] = await startBrowser();
     for (let c = 0; c < clients; c++) {
-      browsers[c] = await startBrowser();
-      pages[c] = await browsers[c].context.newPage();
+      pages[c] = await browsers[profileOf(c)].context.newPage();
       await watchConsole(c, pages[c]);
       await pages[c].goto(`${server.origin}/pkg-tests/model/page.html`);
       await openClient(c);
@@ -256,13 +295,13 @@ export async function runSeed({ seed, ops, clients, skip = [], only = null, prin
   const panics = consoleErrors.filter((m) => /panicked|unreachable|RuntimeError/.test(m));
   failures.push(...panics);
   const ms = Date.now() - t0;
-  return { ok: failures.length === 0, seed, ops, clients, skip, failures, notes, log, phases, ms, server: serverState, outcomes,
-    consoleErrors, relayLog: relay?.log() ?? '', replay: replayCommand({ seed, ops, clients, skip, only }) };
+  return { ok: failures.length === 0, seed, ops, clients: profiles, tabs, skip, failures, notes, log, phases, ms, server: serverState, outcomes,
+    consoleErrors, relayLog: relay?.log() ?? '', replay: replayCommand({ seed, ops, clients: profiles, tabs, skip, only }) };
 }
 
 /** A failed run's report: the seed, its failures, the op log's tail and the replay line. */
 export function report(r, tail = 30) {
-  const lines = [`MODEL TEST FAILED: seed ${r.seed}, ${r.ops} ops, ${r.clients} clients (${(r.ms / 1000).toFixed(1)} s)`];
+  const lines = [`MODEL TEST FAILED: seed ${r.seed}, ${r.ops} ops, ${r.clients} profiles of ${r.tabs ?? 1} tabs (${(r.ms / 1000).toFixed(1)} s)`];
   const cut = (l) => (l.length > 600 ? `${l.slice(0, 600)} …` : l);
   lines.push(...r.failures.slice(0, 25).map((f) => `  ${cut(f)}`));
   if (r.failures.length > 25) lines.push(`  ... and ${r.failures.length - 25} more`);

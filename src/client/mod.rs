@@ -20,6 +20,7 @@ pub mod error;
 pub mod idb_store;
 pub mod js;
 pub mod lock;
+pub mod origin;
 pub mod sync;
 pub mod tabs;
 pub mod types;

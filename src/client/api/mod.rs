@@ -2,6 +2,8 @@
 //! snapshots, in Firestore's namespaced style so Firestore code runs with only its
 //! initialisation changed.
 
+pub(crate) mod db;
+pub(crate) mod local;
 mod query;
 mod reference;
 mod snapshot;
@@ -20,28 +22,17 @@ pub use reference::DocumentReference;
 pub use snapshot::{AggregateQuerySnapshot, DocumentSnapshot, QuerySnapshot, SnapshotMetadata};
 pub use write::{Transaction, WriteBatch};
 
-use super::engine::Engine;
 use super::error::ClientError;
-use super::sync::Sync;
+pub use db::Db;
 use hearth_core::index::config::{parse_index_file, IndexFile};
 use hearth_core::path::{CollectionPath, DocumentName};
 
-/// One open database: the engine and, when a relay is configured, its connection.
-pub struct Db {
-    /// Whether `close()` was called: the database's name is then no longer open here.
-    closed: std::cell::Cell<bool>,
-    /// The local database: IndexedDB, the write queue, listeners.
-    pub(crate) engine: Rc<Engine>,
-    /// The relay connection; `None` for a local-only database.
-    pub(crate) sync: Option<Rc<Sync>>,
-    /// Tells other tabs (and workers) of this origin which documents changed locally.
-    channel: std::cell::RefCell<
-        Option<(
-            web_sys::BroadcastChannel,
-            Closure<dyn FnMut(web_sys::MessageEvent)>,
-        )>,
-    >,
-}
+/// What links an engine with the origin's other engines (contexts without Web Locks): the
+/// channel and its handler.
+pub(crate) type Tabs = (
+    web_sys::BroadcastChannel,
+    Closure<dyn FnMut(web_sys::MessageEvent)>,
+);
 
 thread_local! {
     /// The databases open in this context, by name, with how many instances hold each.
@@ -65,94 +56,64 @@ fn opened(name: &str, delta: i32) {
     });
 }
 
-impl Db {
-    /// Links this database with its other tabs: a local change here is re-read there from
-    /// IndexedDB and raised to their listeners.
-    fn link_tabs(self: &Rc<Self>) {
-        let Ok(channel) = web_sys::BroadcastChannel::new(&format!("hearth:{}", self.engine.name))
-        else {
-            return;
-        };
-        let weak = Rc::downgrade(self);
-        let on_message =
-            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-                let Some(db) = weak.upgrade() else { return };
-                let data = e.data();
-                // Another context took the relay's answer to a batch this one may be
-                // waiting on (`tabs::decode_settled`).
-                if let Some((id, result)) = super::tabs::decode_settled(&data) {
-                    db.engine.settle_waiters(id, result);
-                    return;
-                }
-                let Ok(list) = data.dyn_into::<js_sys::Array>() else {
-                    return;
-                };
-                let names: Vec<DocumentName> = list
-                    .iter()
-                    .filter_map(|v| v.as_string())
-                    .filter_map(|p| DocumentName::parse(&p).ok())
-                    .collect();
-                let engine = db.engine.clone();
-                wasm_bindgen_futures::spawn_local(
-                    async move { engine.external_change(names).await },
-                );
-            });
-        channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-        let post = channel.clone();
-        *self.engine.on_local_change.borrow_mut() =
-            Some(Box::new(move |names: &[DocumentName]| {
-                let list: js_sys::Array = names
-                    .iter()
-                    .map(|n| JsValue::from_str(&n.to_string()))
-                    .collect();
-                let _ = post.post_message(&list);
-            }));
-        let post = channel.clone();
-        *self.engine.on_settled.borrow_mut() = Some(Box::new(
-            move |id: u64, result: &Result<u64, ClientError>| {
-                let message = super::tabs::encode_settled(id, result);
-                let _ = post.post_message(&message);
-            },
-        ));
-        *self.channel.borrow_mut() = Some((channel, on_message));
-    }
-
-    fn unlink_tabs(&self) {
-        *self.engine.on_local_change.borrow_mut() = None;
-        *self.engine.on_settled.borrow_mut() = None;
-        if let Some((c, _)) = self.channel.borrow_mut().take() {
-            c.set_onmessage(None);
-            c.close();
-        }
-    }
+/// Links an engine with the other engines of its origin: a local change here is re-read
+/// there from IndexedDB and raised to their listeners, and the relay's answer to a batch
+/// reaches whichever context waits on it. With one engine per origin there are none, but
+/// contexts without Web Locks (or of older builds) may run their own.
+fn link_tabs(db: &Rc<Db>) {
+    let Some(local) = db.local() else { return };
+    let engine = local.engine;
+    let Ok(channel) = web_sys::BroadcastChannel::new(&format!("hearth:{}", engine.name)) else {
+        return;
+    };
+    let weak = Rc::downgrade(&engine);
+    let on_message =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+            let Some(engine) = weak.upgrade() else { return };
+            let data = e.data();
+            // Another context took the relay's answer to a batch this one may be
+            // waiting on (`tabs::decode_settled`).
+            if let Some((id, result)) = super::tabs::decode_settled(&data) {
+                engine.settle_waiters(id, result);
+                return;
+            }
+            let Ok(list) = data.dyn_into::<js_sys::Array>() else {
+                return;
+            };
+            let names: Vec<DocumentName> = list
+                .iter()
+                .filter_map(|v| v.as_string())
+                .filter_map(|p| DocumentName::parse(&p).ok())
+                .collect();
+            wasm_bindgen_futures::spawn_local(async move { engine.external_change(names).await });
+        });
+    channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    let post = channel.clone();
+    *engine.on_local_change.borrow_mut() = Some(Box::new(move |names: &[DocumentName]| {
+        let list: js_sys::Array = names
+            .iter()
+            .map(|n| JsValue::from_str(&n.to_string()))
+            .collect();
+        let _ = post.post_message(&list);
+    }));
+    let post = channel.clone();
+    *engine.on_settled.borrow_mut() = Some(Box::new(
+        move |id: u64, result: &Result<u64, ClientError>| {
+            let message = super::tabs::encode_settled(id, result);
+            let _ = post.post_message(&message);
+        },
+    ));
+    *db.tabs.borrow_mut() = Some((channel, on_message));
 }
 
-impl Db {
-    /// Whether reads should go to the relay (connected and enabled).
-    pub(crate) fn online(&self) -> bool {
-        self.sync.as_ref().is_some_and(|s| s.is_open())
+fn unlink_tabs(db: &Db) {
+    if let Some(local) = db.local() {
+        *local.engine.on_local_change.borrow_mut() = None;
+        *local.engine.on_settled.borrow_mut() = None;
     }
-
-    /// Where a read with `{ source }` goes: `Some(relay)` for the server, `None` for the
-    /// cache. Without a source, the relay when connected, else the cache.
-    pub(crate) fn read_source(
-        &self,
-        source: Option<&str>,
-    ) -> Result<Option<Rc<Sync>>, ClientError> {
-        let server = match source {
-            Some("cache") => false,
-            Some("server") => true,
-            _ => self.online(),
-        };
-        if !server {
-            return Ok(None);
-        }
-        self.sync.clone().map(Some).ok_or_else(|| {
-            ClientError::new(
-                ErrorCode::Unavailable,
-                "this database has no relay: read with { source: 'cache' }",
-            )
-        })
+    if let Some((c, _)) = db.tabs.borrow_mut().take() {
+        c.set_onmessage(None);
+        c.close();
     }
 }
 
@@ -263,45 +224,24 @@ impl Hearth {
             };
             let cache_budget = cache_budget(opt(&options, "cacheSizeBytes"))?;
             let relay = opt(&options, "relay").and_then(|v| v.as_string());
-            let engine = Engine::open(&name, indexes, relay.is_some(), cache_budget).await?;
-            let sync = match relay {
-                None => None,
-                Some(url) => {
-                    let token = opt(&options, "token");
-                    let (token, provider) = match token {
-                        Some(t) if t.is_function() => (None, Some(t.unchecked_into::<Function>())),
-                        Some(t) => (t.as_string(), None),
-                        None => (None, None),
-                    };
-                    Some(Sync::start(&engine, ws_url(&url), token, provider).await?)
-                }
+            let (token, provider) = match opt(&options, "token") {
+                Some(t) if t.is_function() => (None, Some(t.unchecked_into::<Function>())),
+                Some(t) => (t.as_string(), None),
+                None => (None, None),
             };
-            if let Some(sync) = &sync {
-                // Another tab's upgrade closed the local database: every listener and
-                // request ends with why, and the relay is not dialled again.
-                let sync = Rc::downgrade(sync);
-                engine.store.on_closed_by_upgrade(move || {
-                    if let Some(sync) = sync.upgrade() {
-                        sync.refuse(ClientError::new(
-                            ErrorCode::FailedPrecondition,
-                            "the local database was closed so that another tab running a newer \
-                             version of the app could upgrade it; reload the page",
-                        ));
-                    }
-                });
-            }
+            let options = db::Options {
+                indexes,
+                relay: relay.map(|r| ws_url(&r)),
+                token,
+                provider,
+                cache_budget,
+            };
+            let db = Db::open(name.clone(), options).await?;
             opened(&name, 1);
-            let db = Rc::new(Db {
-                closed: std::cell::Cell::new(false),
-                engine,
-                sync,
-                channel: std::cell::RefCell::new(None),
-            });
-            db.link_tabs();
             LIVE.with(|l| l.borrow_mut().push(db.clone()));
-            if db.engine.cache.budget().is_some() {
+            if let Some(local) = db.local().filter(|l| l.engine.cache.budget().is_some()) {
                 // The first collection measures what earlier sessions left.
-                let engine = db.engine.clone();
+                let engine = local.engine;
                 wasm_bindgen_futures::spawn_local(async move {
                     write::sleep(FIRST_COLLECTION_MS).await;
                     let _ = engine.collect_garbage().await;
@@ -357,9 +297,7 @@ impl Hearth {
 
     #[wasm_bindgen(js_name = enableNetwork)]
     pub fn enable_network(&self) -> Promise {
-        if let Some(s) = &self.db.sync {
-            s.set_enabled(true);
-        }
+        self.db.set_network(true);
         Promise::resolve(&JsValue::UNDEFINED)
     }
 
@@ -368,26 +306,22 @@ impl Hearth {
     /// one (`unauthenticated`), connects again with it. An empty string is no token.
     #[wasm_bindgen(js_name = setToken)]
     pub fn set_token(&self, token: String) -> Promise {
-        if let Some(s) = &self.db.sync {
-            s.set_token(token);
-        }
+        self.db.set_token(token);
         Promise::resolve(&JsValue::UNDEFINED)
     }
 
     #[wasm_bindgen(js_name = disableNetwork)]
     pub fn disable_network(&self) -> Promise {
-        if let Some(s) = &self.db.sync {
-            s.set_enabled(false);
-        }
+        self.db.set_network(false);
         Promise::resolve(&JsValue::UNDEFINED)
     }
 
     /// Resolves when every write made before the call is acknowledged by the relay.
     #[wasm_bindgen(js_name = waitForPendingWrites)]
     pub fn wait_for_pending_writes(&self) -> Promise {
-        let engine = self.db.engine.clone();
+        let db = self.db.clone();
         Promise::new(&mut |resolve, reject| {
-            engine.wait_for_pending(Box::new(move |r| {
+            db.wait_for_pending(Box::new(move |r| {
                 let _ = match r {
                     Ok(_) => resolve.call0(&JsValue::NULL),
                     Err(e) => reject.call1(&JsValue::NULL, &e.to_js()),
@@ -397,17 +331,22 @@ impl Hearth {
     }
 
     /// Closes the connection and IndexedDB. Pending writes stay queued for the next open.
+    /// Where this context ran the origin's engine, another open context takes it over.
     pub fn close(&self) -> Promise {
         if !self.db.closed.replace(true) {
-            opened(self.db.engine.store.name(), -1);
+            opened(&self.db.name, -1);
             LIVE.with(|l| l.borrow_mut().retain(|d| !Rc::ptr_eq(d, &self.db)));
         }
-        self.db.unlink_tabs();
-        if let Some(s) = &self.db.sync {
-            s.close();
-        }
-        self.db.engine.close();
+        unlink_tabs(&self.db);
+        self.db.close();
         Promise::resolve(&JsValue::UNDEFINED)
+    }
+
+    /// Whether this context runs the origin's engine for this database (it leads; or it
+    /// has no Web Locks, so every context runs its own).
+    #[wasm_bindgen(getter, js_name = isLeader)]
+    pub fn is_leader(&self) -> bool {
+        self.db.is_leader()
     }
 
     /// Deletes the local data of database `name` (it must be closed in every tab). Fails
@@ -446,9 +385,9 @@ impl Hearth {
     /// index entries), measured by reading it. The budget (`cacheSizeBytes`) bounds this.
     #[wasm_bindgen(js_name = cacheSizeBytes)]
     pub fn cache_size_bytes(&self) -> Promise {
-        let engine = self.db.engine.clone();
+        let db = self.db.clone();
         future_to_promise(async move {
-            let bytes = engine.store.estimate_bytes().await?;
+            let bytes = db.cache_size().await?;
             Ok(JsValue::from_f64(bytes as f64))
         })
     }
@@ -456,6 +395,6 @@ impl Hearth {
     /// The id this client uses towards the relay (stable across reloads).
     #[wasm_bindgen(getter, js_name = clientId)]
     pub fn client_id(&self) -> String {
-        self.db.engine.client_id.clone()
+        self.db.client_id()
     }
 }

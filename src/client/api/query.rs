@@ -1,22 +1,21 @@
 //! `Query`, `CollectionReference`, `Filter` and `AggregateField`: building queries, running
 //! them (`get`), aggregating them, and listening to them (`onSnapshot`).
 
-use hearth_core::error::ErrorCode;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::reference::{observer, report, set_mutation, unsubscribe, write_promise, ListenHandle};
+use super::reference::{observer, report, set_mutation, unsubscribe, write_promise};
 use super::snapshot::{AggregateQuerySnapshot, QuerySnapshot, ResultDocs};
 use super::{Db, DocumentReference};
 use crate::client::convert::{field_path_arg, to_list_operand, to_value};
 use crate::client::engine::ListenEvent;
 use crate::client::error::ClientError;
+use crate::client::origin::proxy::Watch;
 use hearth_core::encoding::key::Direction;
 use hearth_core::path::{CollectionPath, FieldPath};
-use hearth_core::protocol::ServerMessage;
 use hearth_core::query::model::{
     Aggregation, Cursor, FieldFilter, Filter as CoreFilter, Operator, OrderBy, Query as CoreQuery,
 };
@@ -292,68 +291,22 @@ impl Query {
         let db = self.db.clone();
         let q = self.query.clone();
         let source = super::source_option(&options);
-        let upto = self.db.engine.issued();
+        let upto = self.db.issued();
         future_to_promise(async move {
-            db.engine.until_landed(upto).await;
+            let read = db.read_query(&q, source, upto).await?;
             let q = hearth_core::query::validate::validate(&q).map_err(ClientError::from)?;
-            if let Some(sync) = db.read_source(source.as_deref())? {
-                let reply = sync
-                    .request(
-                        |request_id| hearth_core::protocol::ClientMessage::RunQuery {
-                            request_id,
-                            query: q.clone(),
-                        },
-                    )
-                    .await?;
-                let ServerMessage::QueryResult {
-                    documents, version, ..
-                } = reply
-                else {
-                    return Err(ClientError::new(
-                        ErrorCode::Internal,
-                        "unexpected reply to a query",
-                    )
-                    .into());
-                };
-                if q.projection.is_none() {
-                    let docs: Vec<_> = documents
-                        .iter()
-                        .map(|d| (d.name.clone(), Some(d.clone())))
-                        .collect();
-                    db.engine.server_documents(docs, version, false).await?;
-                }
-                let docs = documents.into_iter().map(|d| {
-                    let p = db.engine.is_pending(&d.name);
-                    (d, p)
-                });
-                let docs: Vec<_> = docs.collect();
-                let changes = hearth_core::query::view::added(
-                    &docs.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
-                );
-                Ok(QuerySnapshot::listed(&db, q, docs, changes, false).into())
-            } else {
-                // Pending writes as of the call, as for a document's cache read.
-                let pending = db.engine.pending_names();
-                let docs = db.engine.query(&q).await?;
-                let changes = hearth_core::query::view::added(&docs);
-                let docs: Vec<_> = docs
-                    .into_iter()
-                    .map(|d| {
-                        let p = pending.contains(&d.name);
-                        (d, p)
-                    })
-                    .collect();
-                Ok(QuerySnapshot::listed(&db, q, docs, changes, true).into())
-            }
+            let changes = hearth_core::query::view::added(
+                &read.docs.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
+            );
+            Ok(QuerySnapshot::listed(&db, q, read.docs, changes, read.cache).into())
         })
     }
 
     fn do_aggregate(&self, spec: JsValue) -> Promise {
         let db = self.db.clone();
         let q = self.query.clone();
-        let upto = self.db.engine.issued();
+        let upto = self.db.issued();
         future_to_promise(async move {
-            db.engine.until_landed(upto).await;
             let mut names = Vec::new();
             let mut aggs = Vec::new();
             if spec.is_undefined() {
@@ -367,31 +320,7 @@ impl Query {
                     aggs.push(parse_aggregate(&v)?);
                 }
             }
-            let values = if db.online() {
-                let sync = db.sync.clone().expect("online implies a relay");
-                let a = aggs.clone();
-                match sync
-                    .request(
-                        |request_id| hearth_core::protocol::ClientMessage::RunAggregation {
-                            request_id,
-                            query: q.clone(),
-                            aggregations: a,
-                        },
-                    )
-                    .await?
-                {
-                    ServerMessage::AggregationResult { values, .. } => values,
-                    _ => {
-                        return Err(ClientError::new(
-                            ErrorCode::Internal,
-                            "unexpected reply to an aggregation",
-                        )
-                        .into())
-                    }
-                }
-            } else {
-                db.engine.aggregate(&q, &aggs).await?
-            };
+            let values = db.aggregate(&q, aggs, upto).await?;
             Ok(AggregateQuerySnapshot {
                 values: names.into_iter().zip(values).collect(),
             }
@@ -404,8 +333,6 @@ impl Query {
         let obs = observer(a, b, c)?;
         let include = obs.include_metadata;
         let db = self.db.clone();
-        let handle = Rc::new(ListenHandle::default());
-        let unsub = unsubscribe(&db, handle.clone());
         let q = self.query.clone();
         let weak = Rc::downgrade(&db);
         let query_for_snap = q.clone();
@@ -428,15 +355,8 @@ impl Query {
                 ListenEvent::Document { .. } => {}
             }
         });
-        let upto = self.db.engine.issued();
-        wasm_bindgen_futures::spawn_local(async move {
-            db.engine.until_landed(upto).await;
-            match db.engine.listen_query(q, include, callback.clone()).await {
-                Ok(listener) => handle.registered(&db, listener),
-                Err(e) => callback(ListenEvent::Error(e)),
-            }
-        });
-        Ok(unsub)
+        let id = db.listen(Watch::Query(q), include, callback);
+        Ok(unsubscribe(&db, id))
     }
 }
 

@@ -1,7 +1,6 @@
 //! `DocumentReference`: read, write and listen to one document; and the shared pieces of
 //! listener registration (`onSnapshot` arguments, unsubscribe functions) and write promises.
 
-use hearth_core::error::ErrorCode;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
@@ -14,7 +13,6 @@ use crate::client::engine::ListenEvent;
 use crate::client::error::ClientError;
 use hearth_core::mutation::Mutation;
 use hearth_core::path::DocumentName;
-use hearth_core::protocol::ServerMessage;
 
 /// A document's location; cheap to copy around.
 #[wasm_bindgen]
@@ -77,33 +75,12 @@ pub(crate) fn observer(a: JsValue, b: JsValue, c: JsValue) -> Result<Observer, C
     Err(ClientError::invalid("onSnapshot needs a callback: onSnapshot(next, error?) or onSnapshot(options, next, error?)"))
 }
 
-/// A listener being registered: unsubscribing before registration finishes cancels it.
-#[derive(Default)]
-pub(crate) struct ListenHandle {
-    /// The engine's listener id, once registration finished (taken by unsubscribing).
-    id: std::cell::Cell<Option<u64>>,
-    /// Set by unsubscribing: a registration finishing later removes its listener at once.
-    cancelled: std::cell::Cell<bool>,
-}
-
-impl ListenHandle {
-    /// Registration finished as listener `id`.
-    pub(crate) fn registered(&self, db: &Db, id: u64) {
-        if self.cancelled.get() {
-            db.engine.unlisten(id);
-        } else {
-            self.id.set(Some(id));
-        }
-    }
-}
-
-/// The function `onSnapshot` returns: calling it stops the listener.
-pub(crate) fn unsubscribe(db: &Rc<Db>, handle: Rc<ListenHandle>) -> Function {
-    let engine = db.engine.clone();
+/// The function `onSnapshot` returns: calling it stops listener `id`.
+pub(crate) fn unsubscribe(db: &Rc<Db>, id: u64) -> Function {
+    let weak = Rc::downgrade(db);
     let f = Closure::<dyn FnMut()>::new(move || {
-        handle.cancelled.set(true);
-        if let Some(id) = handle.id.take() {
-            engine.unlisten(id);
+        if let Some(db) = weak.upgrade() {
+            db.unlisten(id);
         }
     });
     f.into_js_value().unchecked_into()
@@ -121,7 +98,6 @@ pub(crate) fn report(obs_error: &Option<Function>, e: &ClientError) {
 
 /// A promise settled by the engine's write acknowledgement.
 pub(crate) fn write_promise(db: &Rc<Db>, mutations: Vec<Mutation>, value: JsValue) -> Promise {
-    let engine = db.engine.clone();
     let mut resolve_fn: Option<Function> = None;
     let mut reject_fn: Option<Function> = None;
     let promise = Promise::new(&mut |resolve, reject| {
@@ -134,7 +110,7 @@ pub(crate) fn write_promise(db: &Rc<Db>, mutations: Vec<Mutation>, value: JsValu
     );
     // `write` is called now, not when the task first runs: the write is issued in call
     // order, before a `waitForPendingWrites()` the app calls next.
-    let write = engine.write(
+    let write = db.write(
         mutations,
         Box::new(move |r| {
             let _ = match r {
@@ -252,39 +228,10 @@ impl DocumentReference {
         let db = self.db.clone();
         let name = self.name.clone();
         let source = super::source_option(&options);
-        let upto = self.db.engine.issued();
+        let upto = self.db.issued();
         future_to_promise(async move {
-            db.engine.until_landed(upto).await;
-            if let Some(sync) = db.read_source(source.as_deref())? {
-                match sync.request_get(vec![name.clone()]).await? {
-                    ServerMessage::GetResult {
-                        documents, version, ..
-                    } => {
-                        db.engine
-                            .server_documents(documents.clone(), version, false)
-                            .await?;
-                        let doc = documents.into_iter().next().and_then(|(_, d)| d);
-                        let pending = db.engine.is_pending(&name);
-                        if pending {
-                            // Show the local view (the server's copy with our pending writes).
-                            let local = db.engine.get_document(&name).await?;
-                            return Ok(DocumentSnapshot::new(&db, name, local, true, false).into());
-                        }
-                        Ok(DocumentSnapshot::new(&db, name, doc, false, false).into())
-                    }
-                    _ => Err(
-                        ClientError::new(ErrorCode::Internal, "unexpected reply to a read").into(),
-                    ),
-                }
-            } else {
-                // Whether a batch writes it is taken as of the call (the writes issued before
-                // it have landed, none can be acknowledged yet): an acknowledgement arriving
-                // while the cache is read does not make this read newer than its call, as
-                // Firestore runs a client's operations in call order.
-                let pending = db.engine.is_pending(&name);
-                let doc = db.engine.get_document(&name).await?;
-                Ok(DocumentSnapshot::new(&db, name, doc, pending, true).into())
-            }
+            let r = db.read_document(&name, source, upto).await?;
+            Ok(DocumentSnapshot::new(&db, name, r.doc, r.pending, r.cache).into())
         })
     }
 
@@ -320,9 +267,6 @@ impl DocumentReference {
         let obs = observer(a, b, c)?;
         let include = obs.include_metadata;
         let db = self.db.clone();
-        let handle = Rc::new(ListenHandle::default());
-        let unsub = unsubscribe(&db, handle.clone());
-        let name = self.name.clone();
         let weak = Rc::downgrade(&db);
         let callback: Rc<dyn Fn(ListenEvent)> = Rc::new(move |ev| {
             let Some(db) = weak.upgrade() else { return };
@@ -341,18 +285,9 @@ impl DocumentReference {
                 ListenEvent::Query { .. } => {}
             }
         });
-        let upto = self.db.engine.issued();
-        wasm_bindgen_futures::spawn_local(async move {
-            db.engine.until_landed(upto).await;
-            match db
-                .engine
-                .listen_document(name, include, callback.clone())
-                .await
-            {
-                Ok(listener) => handle.registered(&db, listener),
-                Err(e) => callback(ListenEvent::Error(e)),
-            }
-        });
+        let watch = crate::client::origin::proxy::Watch::Document(self.name.clone());
+        let id = db.listen(watch, include, callback);
+        let unsub = unsubscribe(&db, id);
         Ok(unsub)
     }
 }

@@ -67,7 +67,7 @@ impl DocumentSnapshot {
         cache: bool,
     ) -> DocumentSnapshot {
         let timestamps = if pending && doc.is_some() {
-            db.engine.pending_timestamps(&name).into()
+            db.pending_timestamps(&name).into()
         } else {
             Rc::from([])
         };

@@ -15,7 +15,6 @@ use super::Db;
 use crate::client::error::ClientError;
 use hearth_core::mutation::Mutation;
 use hearth_core::path::DocumentName;
-use hearth_core::protocol::ServerMessage;
 
 /// Reads a `DocumentReference` argument by its public `path`.
 fn reference_name(v: &JsValue) -> Result<DocumentName, ClientError> {
@@ -133,23 +132,7 @@ impl Transaction {
                 )
                 .into());
             }
-            // A read made while the connection is still opening waits for it (offline, the
-            // request fails with `unavailable`).
-            let Some(sync) = db.sync.clone() else {
-                return Err(ClientError::new(
-                    ErrorCode::FailedPrecondition,
-                    "transactions need a relay: open the database with { relay }",
-                )
-                .into());
-            };
-            let ServerMessage::GetResult { documents, .. } =
-                sync.request_get(vec![name.clone()]).await?
-            else {
-                return Err(
-                    ClientError::new(ErrorCode::Internal, "unexpected reply to a read").into(),
-                );
-            };
-            let doc = documents.into_iter().next().and_then(|(_, d)| d);
+            let doc = db.transaction_get(&name).await?;
             reads
                 .borrow_mut()
                 .push((name.clone(), doc.as_ref().map(|d| d.update_version)));
@@ -219,7 +202,7 @@ pub(crate) use crate::client::js::sleep;
 
 pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
     future_to_promise(async move {
-        let Some(sync) = db.sync.clone() else {
+        if !db.has_relay() {
             return Err(ClientError::new(
                 ErrorCode::FailedPrecondition,
                 "transactions need a relay: open the database with { relay }",
@@ -245,18 +228,8 @@ pub(crate) fn run_transaction(db: Rc<Db>, update: Function) -> Promise {
             if writes.is_empty() {
                 return Ok(result);
             }
-            let touched: Vec<DocumentName> = writes.iter().map(|m| m.name.clone()).collect();
-            // The relay takes a batch id it has seen from this client as a retry and answers
-            // with the first commit's result: every attempt needs an id of its own, from the
-            // sequence the write queue uses (unique across this client's contexts).
-            let batch_id = db.engine.next_batch_id();
-            match sync.commit_transaction(batch_id, writes, reads).await {
-                Ok(_) => {
-                    // Bring the committed documents no listen will deliver into the local view
-                    // now (see `Sync::refresh`).
-                    sync.clone().refresh(touched).await;
-                    return Ok(result);
-                }
+            match db.transaction_commit(writes, reads).await {
+                Ok(_) => return Ok(result),
                 Err(e) if e.code() == ErrorCode::Aborted && attempt < MAX_ATTEMPTS => {
                     sleep(f64::from(20 << attempt) * (0.5 + js_sys::Math::random())).await;
                 }

@@ -190,7 +190,18 @@ impl Engine {
         callback: Callback,
     ) -> Result<u64, ClientError> {
         let q = validate(&q)?;
-        let docs = self.query(&q).await?;
+        // A change raised while the result is read (another context's write the origin's
+        // engine serves, a snapshot) reaches only the listeners already there: the read is
+        // made again until none came in between.
+        let mut attempt = 0;
+        let docs = loop {
+            let seen = self.changes_seen.get();
+            let docs = self.query(&q).await?;
+            attempt += 1;
+            if self.changes_seen.get() == seen || attempt >= REFILL_ATTEMPTS {
+                break docs;
+            }
+        };
         let id = self.next_listener.get();
         self.next_listener.set(id + 1);
         let view = View::new(q.clone(), Vec::new());
@@ -225,7 +236,15 @@ impl Engine {
         include_metadata: bool,
         callback: Callback,
     ) -> Result<u64, ClientError> {
-        let doc = self.local_doc(&name).await?;
+        let mut attempt = 0;
+        let doc = loop {
+            let seen = self.changes_seen.get();
+            let doc = self.local_doc(&name).await?;
+            attempt += 1;
+            if self.changes_seen.get() == seen || attempt >= REFILL_ATTEMPTS {
+                break doc;
+            }
+        };
         let id = self.next_listener.get();
         self.next_listener.set(id + 1);
         self.listeners.borrow_mut().insert(
@@ -426,6 +445,7 @@ impl Engine {
             return Vec::new();
         }
         (self.view_changes.borrow_mut().1).extend(changed.iter().map(|(n, _)| n.clone()));
+        self.changes_seen.set(self.changes_seen.get() + 1);
         if self.debug {
             let list: Vec<String> = changed
                 .iter()

@@ -46,15 +46,16 @@ use hearth_core::query::execute::{fetch, run_aggregation, run_query};
 use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::value::Value;
 
+mod batch;
 mod listeners;
 mod pending;
 mod queue;
 mod server;
 mod timestamps;
 
+pub use self::batch::{batch_id_after, Batch};
 use self::listeners::{Callback, Listener};
 pub use self::listeners::{ListenEvent, Pending};
-pub use self::queue::Batch;
 pub use self::timestamps::{show_timestamps, PendingTimestamp, ServerTimestamps};
 
 /// A callback slot the sync layer fills.
@@ -95,6 +96,8 @@ pub struct Engine {
     /// answered before the commit) is ignored, as it would bring a deleted document back.
     /// Kept in memory until a snapshot at or after that version is applied (`forget_absent`).
     absent_at: RefCell<HashMap<DocumentName, u64>>,
+    /// The answers of the last keyed batches that left the queue (see `queue`).
+    answered_keys: RefCell<std::collections::VecDeque<(String, Result<u64, ClientError>)>>,
     /// Promises waiting on a batch's answer, by batch id.
     waiters: RefCell<HashMap<u64, Vec<Settle>>>,
     /// The last write ticket handed out (see `pending`).
@@ -108,6 +111,9 @@ pub struct Engine {
     read_barriers: RefCell<Vec<(u64, js_sys::Function)>>,
     /// Local listeners by id.
     listeners: RefCell<BTreeMap<u64, Listener>>,
+    /// Counts the rounds of changes raised to listeners: a listener whose first read
+    /// overlapped one reads again.
+    changes_seen: Cell<u64>,
     /// The id of the next listener.
     next_listener: Cell<u64>,
     /// Relay targets that are current (a Snapshot arrived since they were listened).
@@ -225,7 +231,9 @@ impl Engine {
             landing: RefCell::new(BTreeSet::new()),
             barriers: RefCell::new(Vec::new()),
             read_barriers: RefCell::new(Vec::new()),
+            answered_keys: RefCell::new(std::collections::VecDeque::new()),
             listeners: RefCell::new(BTreeMap::new()),
+            changes_seen: Cell::new(0),
             next_listener: Cell::new(1),
             current_targets: RefCell::new(BTreeSet::new()),
             online: Cell::new(false),

@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
+pub use super::batch::{batch_id_after, Batch};
 use super::server::{decode_remote, encode_remote, remote_is_unknown, REMOTE_UNKNOWN};
 use super::timestamps::previous_values;
 use super::{now_micros, Engine, Settle};
@@ -18,11 +19,13 @@ use hearth_core::encoding::document::decode_document;
 use hearth_core::index::keys::document_key;
 use hearth_core::kv::Table;
 use hearth_core::mutation::{ApplyContext, Mutation, MutationKind, UnknownBase};
-use hearth_core::path::{DocumentName, FieldPath};
-use hearth_core::protocol::codec::{decode_mutation, encode_mutation};
+use hearth_core::path::DocumentName;
 use hearth_core::query::execute::fetch;
 use hearth_core::value::Timestamp;
-use hearth_core::value::Value;
+
+/// How many answered keyed batches an engine remembers (see `Engine::dequeue`): a write
+/// asked again is asked within moments of a leadership change.
+const ANSWERED_KEYS: usize = 4096;
 
 /// Whether mutation `m`'s result is the same whatever the document was: a whole `set`
 /// without transforms, or a delete (a precondition decides only whether it applies).
@@ -36,107 +39,6 @@ fn writes_whole_document(m: &Mutation) -> bool {
                 ..
             } | MutationKind::Delete
         )
-}
-
-/// One pending write batch.
-#[derive(Clone, Debug)]
-pub struct Batch {
-    /// The batch id: the queue's order, and the relay's key for recognising a retry.
-    pub id: u64,
-    /// The writes, applied in order and committed together.
-    pub mutations: Vec<Mutation>,
-    /// For each server timestamp transform (the index of its mutation, its field): the
-    /// field's value before the mutation, for `serverTimestamps: 'previous'`.
-    pub previous: Vec<(usize, FieldPath, Option<Value>)>,
-}
-
-impl Batch {
-    /// The documents the batch writes.
-    pub(super) fn names(&self) -> BTreeSet<DocumentName> {
-        self.mutations.iter().map(|m| m.name.clone()).collect()
-    }
-
-    /// The stored form (a value of the `mutations` store): the number of mutations, then
-    /// each one's length and encoding, lengths as big-endian `u32`s.
-    fn encode(&self) -> Vec<u8> {
-        let mut out = (self.mutations.len() as u32).to_be_bytes().to_vec();
-        for m in &self.mutations {
-            let mut b = Vec::new();
-            encode_mutation(m, &mut b);
-            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
-            out.extend_from_slice(&b);
-        }
-        if !self.previous.is_empty() {
-            // Then the previous values, as update mutations of one field each (the
-            // mutation codec carries a path and an optional value): their number, then each
-            // one's mutation index, length and encoding. Batches without are as before.
-            out.extend_from_slice(&(self.previous.len() as u32).to_be_bytes());
-            for (i, path, value) in &self.previous {
-                let carrier = Mutation::update(
-                    self.mutations[*i].name.clone(),
-                    vec![(path.clone(), value.clone())],
-                );
-                let mut b = Vec::new();
-                encode_mutation(&carrier, &mut b);
-                out.extend_from_slice(&(*i as u32).to_be_bytes());
-                out.extend_from_slice(&(b.len() as u32).to_be_bytes());
-                out.extend_from_slice(&b);
-            }
-        }
-        out
-    }
-
-    /// Reads the stored form back; anything `encode` could not have written is `data-loss`.
-    pub(super) fn decode(id: u64, bytes: &[u8]) -> Result<Batch, ClientError> {
-        let corrupt = || {
-            ClientError::new(
-                ErrorCode::DataLoss,
-                format!("stored write batch {id} is corrupt"),
-            )
-        };
-        let take = |b: &[u8], at: usize| -> Option<u32> {
-            Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-        };
-        let n = take(bytes, 0).ok_or_else(corrupt)? as usize;
-        let mut at = 4;
-        let mut mutations = Vec::with_capacity(n.min(1024));
-        for _ in 0..n {
-            let len = take(bytes, at).ok_or_else(corrupt)? as usize;
-            at += 4;
-            let b = bytes.get(at..at + len).ok_or_else(corrupt)?;
-            mutations.push(decode_mutation(b).map_err(|_| corrupt())?);
-            at += len;
-        }
-        let mut previous = Vec::new();
-        if at < bytes.len() {
-            let k = take(bytes, at).ok_or_else(corrupt)? as usize;
-            at += 4;
-            for _ in 0..k {
-                let i = take(bytes, at).ok_or_else(corrupt)? as usize;
-                let len = take(bytes, at + 4).ok_or_else(corrupt)? as usize;
-                at += 8;
-                let b = bytes.get(at..at + len).ok_or_else(corrupt)?;
-                at += len;
-                let carrier = decode_mutation(b).map_err(|_| corrupt())?;
-                let MutationKind::Update { mut fields } = carrier.kind else {
-                    return Err(corrupt());
-                };
-                if i >= mutations.len() || fields.len() != 1 {
-                    return Err(corrupt());
-                }
-                let (path, value) = fields.remove(0);
-                previous.push((i, path, value));
-            }
-        }
-        if at != bytes.len() {
-            return Err(corrupt());
-        }
-        Ok(Batch {
-            id,
-            mutations,
-            previous,
-        })
-    }
 }
 
 /// One document a local write touches.
@@ -185,12 +87,7 @@ impl Engine {
     /// 2109, and above schema-1 ids (`ms << 10`). Transactions' commits take their ids from
     /// this sequence too. The relay refuses an id reused for a different batch.
     pub fn next_batch_id(&self) -> u64 {
-        let tag = u64::from(self.batch_tag) << 4;
-        let time_based = ((js_sys::Date::now() as u64) << 11) | tag;
-        let mut id = time_based.max(self.batch_seq.get() + 1);
-        if id & (0x7f << 4) != tag {
-            id = (((id >> 11) + 1) << 11) | tag;
-        }
+        let id = batch_id_after(self.batch_tag, self.batch_seq.get());
         self.batch_seq.set(id);
         id
     }
@@ -204,14 +101,97 @@ impl Engine {
         mutations: Vec<Mutation>,
         settle: Settle,
     ) -> impl std::future::Future<Output = ()> + 'static {
-        let ticket = self.issue_write();
-        let engine = self.clone();
-        async move { engine.write_issued(ticket, mutations, settle).await }
+        self.write_keyed(mutations, None, settle)
     }
 
-    async fn write_issued(self: &Rc<Self>, ticket: u64, mutations: Vec<Mutation>, settle: Settle) {
-        let written = self.write_local(mutations).await;
+    /// [`Engine::write`] for another context of the origin: `key` names the write (a write
+    /// asked again under a queued batch's key joins that batch), and `landed` runs with the
+    /// batch id once it is queued, before the relay can answer it.
+    pub fn write_keyed(
+        self: &Rc<Self>,
+        mutations: Vec<Mutation>,
+        key: Option<(String, Box<dyn FnOnce(u64)>)>,
+        settle: Settle,
+    ) -> impl std::future::Future<Output = ()> + 'static {
+        let ticket = self.issue_write();
+        let engine = self.clone();
+        async move { engine.write_issued(ticket, mutations, key, settle).await }
+    }
+
+    /// Takes answered batch `batch_id` out of the queue, keeping the answer of a keyed one
+    /// (a write another context asked for: asked again, it gets that answer).
+    fn dequeue(&self, batch_id: u64, answer: &Result<u64, ClientError>) {
+        let key = {
+            let mut queue = self.queue.borrow_mut();
+            let key = queue
+                .iter()
+                .find(|b| b.id == batch_id)
+                .and_then(|b| b.key.clone());
+            queue.retain(|b| b.id != batch_id);
+            key
+        };
+        if let Some(key) = key {
+            let mut answered = self.answered_keys.borrow_mut();
+            if answered.len() >= ANSWERED_KEYS {
+                answered.pop_front();
+            }
+            answered.push_back((key, answer.clone()));
+        }
+    }
+
+    /// Settles `settle` with batch `id`'s answer: at once (`Ok(0)`) when it is no longer
+    /// queued, which it leaves only answered (its refusal was told with the answer).
+    pub fn await_batch(&self, id: u64, settle: Settle) {
+        if self.queue.borrow().iter().any(|b| b.id == id) {
+            self.waiters
+                .borrow_mut()
+                .entry(id)
+                .or_default()
+                .push(settle);
+        } else {
+            settle(Ok(0));
+        }
+    }
+
+    async fn write_issued(
+        self: &Rc<Self>,
+        ticket: u64,
+        mutations: Vec<Mutation>,
+        key: Option<(String, Box<dyn FnOnce(u64)>)>,
+        settle: Settle,
+    ) {
+        let (key, on_landed) = key.unzip();
+        let queued = key.as_ref().and_then(|k| {
+            let q = self.queue.borrow();
+            q.iter().find(|b| b.key.as_ref() == Some(k)).map(|b| b.id)
+        });
+        let answered = key.as_ref().and_then(|k| {
+            let answered = self.answered_keys.borrow();
+            answered
+                .iter()
+                .find(|(a, _)| a == k)
+                .map(|(_, r)| r.clone())
+        });
+        if let Some(answer) = answered {
+            // Asked again after a leadership change, and answered since this engine opened
+            // (it queued the batch then; the relay answered before the ask came again).
+            self.landed(ticket, None);
+            return settle(answer);
+        }
+        if let Some(id) = queued {
+            // Asked again after a leadership change: the batch is queued already.
+            self.landed(ticket, Some(id));
+            if let Some(f) = on_landed {
+                f(id);
+            }
+            self.await_batch(id, settle);
+            return;
+        }
+        let written = self.write_local(mutations, key).await;
         self.landed(ticket, written.as_ref().ok().map(|b| b.id));
+        if let (Ok(batch), Some(f)) = (&written, on_landed) {
+            f(batch.id);
+        }
         match written {
             Err(e) => settle(Err(e)),
             Ok(batch) => {
@@ -231,7 +211,11 @@ impl Engine {
         }
     }
 
-    async fn write_local(self: &Rc<Self>, mutations: Vec<Mutation>) -> Result<Batch, ClientError> {
+    async fn write_local(
+        self: &Rc<Self>,
+        mutations: Vec<Mutation>,
+        key: Option<String>,
+    ) -> Result<Batch, ClientError> {
         for m in &mutations {
             m.validate()?;
         }
@@ -263,6 +247,7 @@ impl Engine {
             id: self.next_batch_id(),
             mutations,
             previous: Vec::new(),
+            key,
         };
         let ctx = ApplyContext {
             commit_version: 0,
@@ -491,7 +476,7 @@ impl Engine {
             return Ok(Vec::new());
         };
         let guard = self.lock.lock().await;
-        self.queue.borrow_mut().retain(|b| b.id != batch_id);
+        self.dequeue(batch_id, &Ok(version));
         let mut ops = vec![WriteOp::Delete {
             store: Store::Mutations,
             key: Key::Number(batch_id as f64),
@@ -634,7 +619,7 @@ impl Engine {
             return Ok(());
         };
         let guard = self.lock.lock().await;
-        self.queue.borrow_mut().retain(|b| b.id != batch_id);
+        self.dequeue(batch_id, &Err(error.clone()));
         let mut ops = vec![WriteOp::Delete {
             store: Store::Mutations,
             key: Key::Number(batch_id as f64),
