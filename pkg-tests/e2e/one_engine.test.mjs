@@ -105,6 +105,43 @@ test('a follower\'s listeners, queries, batches and transactions are served by t
   await b.close();
 });
 
+test('a follower shows a pending server timestamp as null, its estimate or its previous value, in reads and listeners', { timeout: 60000 }, async () => {
+  const name = 'follower-timestamps';
+  const [a, b] = await Promise.all([env.page(), env.page()]);
+  await openIn(a, name);
+  await openIn(b, name);
+  // The origin's connection goes off only when every tab asks for it.
+  await a.evaluate(() => window.db.disableNetwork());
+  const got = await b.evaluate(async () => {
+    const { FieldValue, Timestamp } = window.hearth;
+    const ms = (t) => (t && typeof t.toMillis === 'function' ? t.toMillis() : t);
+    const ref = window.db.doc('t/a');
+    await ref.set({ at: Timestamp.fromMillis(1000), v: 1 });
+    await window.db.disableNetwork();
+    const heard = [];
+    const stop = window.db.collection('t').onSnapshot((s) => {
+      const d = s.docs[0];
+      if (d && d.metadata.hasPendingWrites) {
+        heard.push({ none: d.data().at, estimate: typeof ms(d.data({ serverTimestamps: 'estimate' }).at), previous: ms(d.data({ serverTimestamps: 'previous' }).at) });
+      }
+    });
+    ref.update({ at: FieldValue.serverTimestamp(), v: 2 });
+    const s = await ref.get({ source: 'cache' });
+    await new Promise((r) => setTimeout(r, 200));
+    stop();
+    return {
+      pending: s.metadata.hasPendingWrites,
+      none: s.data().at,
+      estimate: Math.abs(ms(s.data({ serverTimestamps: 'estimate' }).at) - Date.now()) < 60000,
+      previous: ms(s.data({ serverTimestamps: 'previous' }).at),
+      heard: heard.at(-1),
+    };
+  });
+  assert.deepEqual(got, { pending: true, none: null, estimate: true, previous: 1000, heard: { none: null, estimate: 'number', previous: 1000 } });
+  await a.close();
+  await b.close();
+});
+
 /** Polls `f` in page `p` until it returns true; the milliseconds it took. */
 async function until(p, f, arg, ms = 15000) {
   const t0 = Date.now();
@@ -124,6 +161,12 @@ for (const how of ['closes', 'crashes']) {
       window.t = window.track(window.db.collection('items').orderBy('n'));
       await window.db.doc('counter/x').set({ v: 0 });
     });
+    // Another client, ready to write the moment the leader goes.
+    const o = await other.page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+    await o.evaluate(async ({ name, url }) => {
+      window.odb = await window.hearth.Hearth.open({ name, relay: url });
+      await window.odb.doc('warm/up').get();
+    }, { name, url: env.relay.url });
     // Writes from both followers while the leader goes.
     const writes = [b, c].map((p) => p.evaluate(async () => {
       const done = [];
@@ -143,29 +186,27 @@ for (const how of ['closes', 'crashes']) {
     } else {
       await a.close();
     }
+    // A query asked at once, and a write by the other client at once: when the query is
+    // served, and when the follower's listener hears the write (the new leader's first
+    // relay snapshot with it).
+    const remote = o.evaluate(() => window.odb.doc('items/remote').set({ n: 99 }));
+    const served = await b.evaluate(async () => {
+      await window.db.collection('items').get({ source: 'cache' });
+      return Date.now();
+    }) - t0;
+    await remote;
+    await until(b, () => window.t.snaps.at(-1)?.ids.includes('remote'));
+    const heard = await b.evaluate(() => Date.now()) - t0;
+    await o.evaluate(() => window.odb.close());
+    await o.close();
     assert.deepEqual(await Promise.all(writes), ['ok', 'ok']);
-    // Which follower leads now, and how soon it served a read.
     const leads = await Promise.all([b, c].map((p) => p.evaluate(() => window.db.isLeader)));
     assert.equal(leads.filter(Boolean).length, 1, `one leader: ${leads}`);
-    const served = Date.now() - t0;
-    // A write from another profile reaches the follower's listener through the new leader.
-    const o = await other.page(`${env.server.origin}/pkg-tests/e2e/page.html`);
-    try {
-      await o.evaluate(async ({ name, url }) => {
-        const db = await window.hearth.Hearth.open({ name, relay: url });
-        await db.doc('items/remote').set({ n: 99 });
-        await db.close();
-      }, { name, url: env.relay.url });
-    } finally {
-      await o.close();
-    }
-    await until(b, () => window.t.snaps.at(-1)?.ids.includes('remote'));
-    const heard = Date.now() - t0;
     assert.deepEqual(await env.serverRead(name, 'counter/x'), { v: 20 });
     const ids = await b.evaluate(() => window.t.snaps.at(-1).ids.length);
     assert.equal(ids, 21, 'every item once');
     await assertTrackersClean(b);
-    console.log(`one engine: leader ${how}: writes settled and a follower led within ${served} ms; a remote write heard ${heard} ms after`);
+    console.log(`one engine: leader ${how}: a follower's query served ${served} ms after, a remote write made then heard ${heard} ms after`);
     await b.close();
     await c.close();
     if (how === 'closes') return;

@@ -467,12 +467,13 @@ impl Db {
         }
     }
 
-    /// The pending server timestamps of a document with a pending write (a follower's
-    /// snapshots do not carry them yet: their estimates show as `null`).
+    /// The pending server timestamps of a document with a pending write (a follower's, as
+    /// the leader's last snapshot or answer told them).
     pub(crate) fn pending_timestamps(&self, name: &DocumentName) -> Vec<PendingTimestamp> {
-        self.local()
-            .map(|l| l.engine.pending_timestamps(name))
-            .unwrap_or_default()
+        match &*self.role.borrow() {
+            Role::Local(l) => l.engine.pending_timestamps(name),
+            Role::Remote(p) => p.pending_timestamps(name),
+        }
     }
 
     /// Registers a listener; its snapshots go to `callback`. Returns its id.

@@ -13,7 +13,7 @@ use wasm_bindgen::JsCast;
 
 use super::wire::{self, Msg};
 use crate::client::api::local::Local;
-use crate::client::engine::ListenEvent;
+use crate::client::engine::{Engine, ListenEvent};
 use crate::client::error::ClientError;
 
 /// Where a request's answers go: posted to its follower, or, for requests a context that
@@ -246,7 +246,12 @@ impl Host {
         let engine = self.local.engine.clone();
         let upto = engine.issued();
         let send = sink.clone();
-        let callback: Rc<dyn Fn(ListenEvent)> = Rc::new(move |ev| send(event(lid, &ev)));
+        let weak_engine = Rc::downgrade(&engine);
+        let callback: Rc<dyn Fn(ListenEvent)> = Rc::new(move |ev| {
+            if let Some(engine) = weak_engine.upgrade() {
+                send(event(lid, &ev, &engine));
+            }
+        });
         let weak = Rc::downgrade(self);
         wasm_bindgen_futures::spawn_local(async move {
             engine.until_landed(upto).await;
@@ -262,7 +267,7 @@ impl Host {
                     }
                 }
                 (Ok(id), None) => engine.unlisten(id),
-                (Err(e), _) => sink(event(lid, &ListenEvent::Error(e))),
+                (Err(e), _) => sink(event(lid, &ListenEvent::Error(e), &engine)),
             }
         });
     }
@@ -310,10 +315,21 @@ async fn serve_read(
     };
     match op {
         "doc" => {
-            let r = local.read_document(&name()?, source, upto).await?;
+            let name = name()?;
+            let r = local.read_document(&name, source, upto).await?;
             let doc = wire::document(r.doc.as_ref());
+            let ts = r
+                .pending
+                .then(|| {
+                    wire::timestamps(&[(name.clone(), local.engine.pending_timestamps(&name))])
+                })
+                .flatten();
             Ok(Box::new(move |m: Msg| {
                 let m = m.set("pending", r.pending).set("cache", r.cache);
+                let m = match ts {
+                    Some(t) => m.bytes("ts", &t),
+                    None => m,
+                };
                 match doc {
                     Some(d) => m.bytes("d", &d),
                     None => m,
@@ -325,12 +341,20 @@ async fn serve_read(
                 .read_query(&wire::read_query(m, "q")?, source, upto)
                 .await?;
             let flags = wire::flags(r.docs.iter().map(|(_, p)| *p));
+            let pending = r.docs.iter().filter(|(_, p)| *p).map(|(d, _)| &d.name);
+            let ts = with_timestamps(Msg::new("ts"), &local.engine, pending).done();
+            let ts = wire::bytes(&ts, "ts");
             let docs: Vec<_> = r.docs.into_iter().map(|(d, _)| d).collect();
             let docs = wire::documents(&docs);
             Ok(Box::new(move |m: Msg| {
-                m.bytes("docs", &docs)
+                let m = m
+                    .bytes("docs", &docs)
                     .bytes("pending", &flags)
-                    .set("cache", r.cache)
+                    .set("cache", r.cache);
+                match ts {
+                    Some(t) => m.bytes("ts", &t),
+                    None => m,
+                }
             }))
         }
         "agg" => {
@@ -362,8 +386,25 @@ async fn serve_read(
     }
 }
 
-/// A listener's snapshot as a message to its follower.
-fn event(lid: u64, ev: &ListenEvent) -> JsValue {
+/// Adds the pending server timestamps of `names` (those with a pending write) to a message.
+fn with_timestamps<'a>(
+    m: Msg,
+    engine: &Engine,
+    names: impl IntoIterator<Item = &'a DocumentName>,
+) -> Msg {
+    let entries: Vec<_> = names
+        .into_iter()
+        .map(|n| (n.clone(), engine.pending_timestamps(n)))
+        .collect();
+    match wire::timestamps(&entries) {
+        Some(b) => m.bytes("ts", &b),
+        None => m,
+    }
+}
+
+/// A listener's snapshot as a message to its follower, with the pending server timestamps
+/// of the documents with a pending write.
+fn event(lid: u64, ev: &ListenEvent, engine: &Engine) -> JsValue {
     let m = Msg::new("ev").set("lid", lid as f64);
     match ev {
         ListenEvent::Query {
@@ -372,7 +413,7 @@ fn event(lid: u64, ev: &ListenEvent) -> JsValue {
             from_cache,
             has_pending_writes,
             ..
-        } => wire::with_changes(m, changes)
+        } => with_timestamps(wire::with_changes(m, changes), engine, pending.iter())
             .set("pn", wire::names(pending.iter()))
             .set("cache", *from_cache)
             .set("hpw", *has_pending_writes)
@@ -387,6 +428,11 @@ fn event(lid: u64, ev: &ListenEvent) -> JsValue {
                 .set("name", name.to_string())
                 .set("cache", *from_cache)
                 .set("hpw", *has_pending_writes);
+            let m = if *has_pending_writes {
+                with_timestamps(m, engine, [name])
+            } else {
+                m
+            };
             match wire::document(doc.as_ref()) {
                 Some(d) => m.bytes("d", &d).done(),
                 None => m.done(),

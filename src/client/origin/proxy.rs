@@ -16,7 +16,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::wire::{self, Msg};
-use crate::client::engine::ListenEvent;
+use crate::client::engine::{ListenEvent, PendingTimestamp};
 use crate::client::error::ClientError;
 
 /// What a listener watches.
@@ -75,6 +75,9 @@ pub(crate) struct Proxy {
     batch_seq: Cell<u64>,
     /// Calls waiting for a leader to announce itself.
     waiting: RefCell<Vec<Function>>,
+    /// The pending server timestamps of documents with a pending write, as the leader's
+    /// last snapshots and answers told them.
+    timestamps: Rc<RefCell<HashMap<DocumentName, Vec<PendingTimestamp>>>>,
 }
 
 impl Proxy {
@@ -104,6 +107,7 @@ impl Proxy {
             tag,
             batch_seq: Cell::new(0),
             waiting: RefCell::new(Vec::new()),
+            timestamps: Rc::default(),
         });
         let weak = Rc::downgrade(&proxy);
         let on_message =
@@ -183,8 +187,10 @@ impl Proxy {
         if self.has_leader() {
             self.post(msg);
         }
+        let timestamps = self.timestamps.clone();
         async move {
             let reply = rx.await;
+            learn_timestamps(&timestamps, &reply, None);
             match wire::error(&reply) {
                 Some(e) => Err(e),
                 None => Ok(reply),
@@ -336,6 +342,15 @@ impl Proxy {
         }
     }
 
+    /// The pending server timestamps of document `name`, as last told.
+    pub fn pending_timestamps(&self, name: &DocumentName) -> Vec<PendingTimestamp> {
+        self.timestamps
+            .borrow()
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// A listener's snapshot, or its end.
     fn event(&self, m: &JsValue) {
         let Some(lid) = wire::number(m, "lid") else {
@@ -365,6 +380,7 @@ impl Proxy {
         let Some(view) = &mut l.mirror else {
             let name = DocumentName::parse(&wire::text(m, "name")?).ok()?;
             let doc = wire::read_document(m, "d").ok()?;
+            learn_timestamps(&self.timestamps, m, None);
             return Some(ListenEvent::Document {
                 name,
                 doc,
@@ -385,6 +401,7 @@ impl Proxy {
             .collect();
         view.apply_batch(batch.iter().map(|(n, d)| (n, d.as_ref())));
         let pending: HashSet<DocumentName> = wire::read_names(m, "pn").into_iter().collect();
+        learn_timestamps(&self.timestamps, m, Some(&pending));
         Some(ListenEvent::Query {
             docs: view.snapshot(),
             pending: Rc::new(pending),
@@ -427,6 +444,23 @@ impl Proxy {
         self.channel.close();
         self.on_message.borrow_mut().take();
         self.listens.borrow_mut().clear();
+    }
+}
+
+/// Keeps the pending server timestamps a message carries: those of its documents; with
+/// `pending` (every name the leader says has a pending write), none for the others.
+fn learn_timestamps(
+    map: &RefCell<HashMap<DocumentName, Vec<PendingTimestamp>>>,
+    m: &JsValue,
+    pending: Option<&HashSet<DocumentName>>,
+) {
+    let told = wire::read_timestamps(m, "ts");
+    let mut map = map.borrow_mut();
+    if let Some(pending) = pending {
+        map.retain(|n, _| pending.contains(n));
+    }
+    for (name, ts) in told {
+        map.insert(name, ts);
     }
 }
 

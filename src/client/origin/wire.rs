@@ -17,6 +17,7 @@ use hearth_core::value::{Map, Value};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::client::engine::PendingTimestamp;
 use crate::client::error::ClientError;
 
 /// A message under construction.
@@ -376,6 +377,69 @@ pub fn read_changes(m: &JsValue) -> Result<Vec<DocChange>, ClientError> {
                 old_index: old[i],
                 new_index: new[i],
             })
+        })
+        .collect()
+}
+
+/// The pending server timestamps of documents with a pending write, as one document's
+/// fields: each name maps to a list of `{ p: field path, b: value before }` (no `b` when
+/// the field had none). `None` when there are none.
+pub fn timestamps(entries: &[(DocumentName, Vec<PendingTimestamp>)]) -> Option<Vec<u8>> {
+    let fields: Map = entries
+        .iter()
+        .filter(|(_, ts)| !ts.is_empty())
+        .map(|(name, ts)| {
+            let list = ts
+                .iter()
+                .map(|(path, before)| {
+                    let mut entry = Map::new();
+                    entry.insert("p".into(), Value::String(path.to_string()));
+                    if let Some(b) = before {
+                        entry.insert("b".into(), b.clone());
+                    }
+                    Value::Map(entry)
+                })
+                .collect();
+            (name.to_string(), Value::Array(list))
+        })
+        .collect();
+    if fields.is_empty() {
+        return None;
+    }
+    let doc = Document {
+        name: DocumentName::parse("timestamps/t").expect("a valid name"),
+        fields: std::sync::Arc::new(fields),
+        create_version: 0,
+        update_version: 0,
+    };
+    encode_document(&doc).ok()
+}
+
+/// The pending server timestamps in field `key` (none when absent or malformed).
+pub fn read_timestamps(m: &JsValue, key: &str) -> Vec<(DocumentName, Vec<PendingTimestamp>)> {
+    let Ok(Some(doc)) = read_document(m, key) else {
+        return Vec::new();
+    };
+    doc.fields
+        .iter()
+        .filter_map(|(name, list)| {
+            let name = DocumentName::parse(name).ok()?;
+            let Value::Array(list) = list else {
+                return None;
+            };
+            let ts = list
+                .iter()
+                .filter_map(|entry| {
+                    let Value::Map(entry) = entry else {
+                        return None;
+                    };
+                    let Some(Value::String(path)) = entry.get("p") else {
+                        return None;
+                    };
+                    Some((FieldPath::parse(path).ok()?, entry.get("b").cloned()))
+                })
+                .collect();
+            Some((name, ts))
         })
         .collect()
 }

@@ -150,6 +150,7 @@ impl Sync {
                 (*id, std::mem::take(&mut t.buffered))
             })
             .collect();
+        self.listen_waiting_now();
         let awaiting = self.unsettled.borrow().iter().copied().collect();
         self.snapshots.borrow_mut().push_back(ReceivedSnapshot {
             version,
@@ -362,6 +363,30 @@ impl Sync {
                     self.drop_socket();
                 }
             }
+        }
+    }
+
+    /// A Snapshot came, so the relay serves listens again (its store answers): the targets
+    /// waiting out a backoff after a transient end listen again now, not when their timers
+    /// say (after an outage of a few seconds, a doubled backoff could keep a listener deaf
+    /// for as long again).
+    fn listen_waiting_now(&self) {
+        let waiting: Vec<ClientMessage> = self
+            .targets
+            .borrow_mut()
+            .iter_mut()
+            .filter(|(_, t)| !t.sent)
+            .map(|(id, t)| {
+                t.sent = true;
+                ClientMessage::Listen {
+                    target_id: *id,
+                    query: t.query.clone(),
+                    resume_version: t.resume,
+                }
+            })
+            .collect();
+        for listen in waiting {
+            self.send(&listen);
         }
     }
 
