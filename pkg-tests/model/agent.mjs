@@ -226,7 +226,8 @@ export function installAgent(win, hearth) {
   agent.open = async ({ name, relay, client, listeners }) => {
     agent.client = client;
     agent.knowsItems = Object.values(listeners).some((l) => l.query === 'all');
-    agent.db = await Hearth.open({ name, relay });
+    // The smallest cache budget: the ballast writes make it overflow, so eviction runs.
+    agent.db = await Hearth.open({ name, relay, cacheSizeBytes: 1024 * 1024 });
     for (const [n, l] of Object.entries(listeners)) track(n, l);
   };
 
@@ -239,6 +240,7 @@ export function installAgent(win, hearth) {
       issue(op.tag, b.commit());
     } else if (op.kind === 'tx') issue(op.tag, transaction(op));
     else if (op.kind === 'net') return op.on ? agent.db.enableNetwork() : agent.db.disableNetwork();
+    else if (op.kind === 'ballast') agent.db.doc(op.path).set({ blob: 'x'.repeat(op.kb * 1024) }).catch(() => {});
     else throw new Error(`the agent does not run ${op.kind}`);
     return undefined;
   };

@@ -51,7 +51,8 @@ for (let seed = o.seeds[0]; seed <= o.seeds[1]; seed++) {
   const r = await runSeed({ seed, ops: o.ops, clients: o.clients, tabs: o.tabs, skip: o.skip, only: o.only, print: () => {} });
   results.push(r);
   const phases = Object.entries(r.phases).map(([k, v]) => `${k} ${(v / 1000).toFixed(1)}`).join(', ');
-  console.log(`seed ${seed}: ${r.ok ? 'ok' : `FAILED (${r.failures.length} failures)`} in ${(r.ms / 1000).toFixed(1)} s (${phases})`);
+  const caches = r.notes.map((n) => n.match(/cache holds (\d+) bytes/)?.[1]).filter(Boolean);
+  console.log(`seed ${seed}: ${r.ok ? 'ok' : `FAILED (${r.failures.length} failures)`} in ${(r.ms / 1000).toFixed(1)} s (${phases})${caches.length ? `; leaders' caches ${caches.join(', ')} bytes` : ''}`);
   if (!r.ok) {
     // The whole run (every failure, the full op log) for diagnosis; the report is its head.
     const file = join(tmpdir(), `hearth-model-seed-${seed}.json`);

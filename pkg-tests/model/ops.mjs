@@ -14,7 +14,7 @@ import { COUNTERS, DOC_LISTENERS, GROUPS, ITEM_QUERIES, KEYS, STRINGS, TAGS, TXN
  *  keys of ITEM_QUERIES, `counters`, `txn`, and the paths of DOC_LISTENERS). */
 export const WEIGHTS = {
   set: 10, merge: 8, update: 8, delete: 3, incr: 8, batch: 7, tx: 5,
-  pause: 4, net: 2, offline: 1.5, reload: 1.2, kill: 0.7, crash: 0.8, kill9: 0.4,
+  pause: 4, net: 2, offline: 1.5, reload: 1.2, kill: 0.7, crash: 0.8, kill9: 0.4, ballast: 1,
 };
 
 /** The listeners of client `c`: most query kinds on every client, some with metadata. The
@@ -142,6 +142,8 @@ export function schedule({ seed, ops, clients: profiles, tabs = 1, skip = [] }) 
       kill: relayUp ? weights.kill : 0 });
     const c = r.int(0, clients - 1);
     if (kind === 'pause') out.push({ i, kind, ms: r.int(20, 300) });
+    // A large document no listener watches: the cache (1 MiB) overflows and is collected.
+    else if (kind === 'ballast') out.push({ i, c, kind, path: `ballast/b${r.int(0, 5)}`, kb: r.int(150, 400) });
     else if (kind === 'kill') {
       relayUp = false;
       restartAt = i + r.int(3, 15);

@@ -34,6 +34,7 @@ export function describe(op) {
     case 'offline': return `#${op.i}${who} browser${op.p === undefined ? '' : ` of profile ${op.p}`} ${op.on ? 'online' : 'offline'}`;
     case 'kill': case 'restart': case 'reload': return `#${op.i}${who} ${op.kind}`;
     case 'crash': return `#${op.i}${who} tab crashes`;
+    case 'ballast': return `#${op.i}${who} ballast ${op.path} ${op.kb} KiB`;
     case 'kill9': return `#${op.i} browser of profile ${op.p} killed (SIGKILL)`;
     default: {
       const ws = op.writes.map((w) => `${w.how} ${w.path}${w.data ? ` ${canonical(w.data)}` : ''}`).join('; ');
@@ -255,6 +256,12 @@ export async function runSeed({ seed, ops, clients: profiles, tabs = 1, skip = [
       }
     }));
     for (let c = 0; c < clients; c++) await drain(c);
+    // What the leaders' caches hold after the ballast: at most about the 1 MiB budget when
+    // the collection ran.
+    for (let c = 0; c < clients; c++) {
+      const bytes = await onPage(c, 'cache size', () => (window.agent.db.isLeader ? window.agent.db.cacheSizeBytes() : null));
+      if (bytes !== null) notes.push(`client ${c} leads; its cache holds ${bytes} bytes`);
+    }
     mark('quiesce', t);
 
     t = Date.now();

@@ -12,11 +12,11 @@ use hearth_core::index::config::IndexFile;
 use hearth_core::mutation::Mutation;
 use hearth_core::path::DocumentName;
 use hearth_core::query::model::{Aggregation, Query};
-use hearth_core::query::view::{ChangeType, DocChange, ResultSnapshot, View};
 use hearth_core::value::Value;
 use js_sys::Function;
 use wasm_bindgen::prelude::*;
 
+use super::listen::Registration;
 use super::local::{DocRead, Local, QueryRead};
 use crate::client::engine::{Engine, ListenEvent, PendingTimestamp, Settle};
 use crate::client::error::ClientError;
@@ -45,23 +45,6 @@ enum Role {
     Local(Local),
     /// In another context of the origin.
     Remote(Rc<Proxy>),
-}
-
-/// A listener as the app registered it.
-struct Registration {
-    /// What it watches.
-    watch: Watch,
-    /// `includeMetadataChanges`.
-    include: bool,
-    /// The app's callback (wrapped by the API).
-    callback: Rc<dyn Fn(ListenEvent)>,
-    /// A query listener's last result raised (what the app holds).
-    shown: RefCell<Option<ResultSnapshot>>,
-    /// Set when it moved to another engine: its next snapshot's changes are told against
-    /// `shown`, not as a first result.
-    moved: Rc<Cell<bool>>,
-    /// Its id in this context's engine, when local.
-    engine_id: Cell<Option<u64>>,
 }
 
 /// One open database.
@@ -485,17 +468,9 @@ impl Db {
     ) -> u64 {
         let id = self.next_listen.get();
         self.next_listen.set(id + 1);
-        self.listens.borrow_mut().insert(
-            id,
-            Rc::new(Registration {
-                watch,
-                include,
-                callback,
-                shown: RefCell::new(None),
-                moved: Rc::new(Cell::new(false)),
-                engine_id: Cell::new(None),
-            }),
-        );
+        self.listens
+            .borrow_mut()
+            .insert(id, Rc::new(Registration::new(watch, include, callback)));
         self.attach(id);
         id
     }
@@ -520,7 +495,7 @@ impl Db {
         let Some(reg) = self.listens.borrow().get(&id).cloned() else {
             return;
         };
-        let callback = continuing(&reg);
+        let callback = reg.continuing();
         let local = match &*self.role.borrow() {
             Role::Remote(p) => {
                 p.listen(id, &reg.watch, reg.include, callback, reg.moved.clone());
@@ -591,42 +566,4 @@ fn with_source(m: Msg, source: Option<String>) -> Msg {
         Some(s) => m.set("source", s),
         None => m,
     }
-}
-
-/// The callback a registration's engine calls: a query listener that moved to another
-/// engine tells its next snapshot's changes against the result it showed, so the app's
-/// `docChanges()` go on from what it holds.
-fn continuing(reg: &Rc<Registration>) -> Rc<dyn Fn(ListenEvent)> {
-    let reg = reg.clone();
-    Rc::new(move |mut ev: ListenEvent| {
-        if let ListenEvent::Query { docs, changes, .. } = &mut ev {
-            let before = reg.shown.replace(Some(docs.clone()));
-            if reg.moved.replace(false) {
-                if let (Some(before), Watch::Query(q)) = (before, &reg.watch) {
-                    *changes = moved_changes(q, &before, docs);
-                }
-            }
-        }
-        (reg.callback)(ev);
-    })
-}
-
-/// The data changes from result `before` to `after` of query `q`.
-fn moved_changes(q: &Query, before: &ResultSnapshot, after: &ResultSnapshot) -> Vec<DocChange> {
-    let Ok(q) = hearth_core::query::validate::validate(q) else {
-        return Vec::new();
-    };
-    let (old, new) = (before.to_vec(), after.to_vec());
-    let view = View::new(q, Vec::new());
-    let was: std::collections::HashMap<&DocumentName, &Document> =
-        old.iter().map(|d| (&d.name, d)).collect();
-    view.diff(&old, &new)
-        .into_iter()
-        .filter(|c| {
-            c.kind != ChangeType::Modified
-                || was
-                    .get(&c.doc.name)
-                    .is_none_or(|d| d.fields != c.doc.fields)
-        })
-        .collect()
 }

@@ -3,6 +3,7 @@
 //! initialisation changed.
 
 pub(crate) mod db;
+mod listen;
 pub(crate) mod local;
 mod query;
 mod reference;

@@ -136,8 +136,11 @@ pub struct Engine {
     /// (`take_view_changes`): the names of every local change, and whether a view was
     /// replaced whole (a first result, a refill).
     view_changes: RefCell<(bool, HashSet<DocumentName>)>,
-    /// Hooks the sync layer installs. Called with each new batch (the sync layer sends it).
-    pub on_batch: Hook<dyn Fn(&Batch)>,
+    /// The ids of queued batches that are stored (durable): only those go to the relay.
+    durable: RefCell<HashSet<u64>>,
+    /// Hooks the sync layer installs. Called when a batch became durable (the sync layer
+    /// sends what `sendable_batches` gives).
+    pub on_batch: Hook<dyn Fn()>,
     /// Called when a listener starts (the sync layer listens to the relay).
     pub on_listen: Hook<dyn Fn(u64, &Query)>,
     /// Called when a listener stops (the sync layer unlistens).
@@ -223,6 +226,7 @@ impl Engine {
             batch_seq: Cell::new(seq),
             batch_tag,
             tag_lock: RefCell::new(tag_lock),
+            durable: RefCell::new(queue.iter().map(|b: &Batch| b.id).collect()),
             queue: RefCell::new(queue),
             received_while_pending: RefCell::new(HashSet::new()),
             absent_at: RefCell::new(HashMap::new()),

@@ -61,6 +61,23 @@ impl Engine {
         self.queue.borrow().clone()
     }
 
+    /// The pending batches the relay may be sent, oldest first: those before the first one
+    /// still being stored. A batch is sent only once it is durable here, and never before an
+    /// older one (the relay commits them in the order it gets them, and the local view's
+    /// rebuilds after acknowledgements rest on that order: a newer batch committed first
+    /// made an older one's acknowledgement drop it from the local view).
+    /// `skip` says which were sent already (they are not copied).
+    pub fn sendable_batches(&self, skip: impl Fn(u64) -> bool) -> Vec<Batch> {
+        let durable = self.durable.borrow();
+        self.queue
+            .borrow()
+            .iter()
+            .take_while(|b| durable.contains(&b.id))
+            .filter(|b| !skip(b.id))
+            .cloned()
+            .collect()
+    }
+
     /// Whether a pending batch writes `name`.
     pub(super) fn has_pending(&self, name: &DocumentName) -> bool {
         self.queue
@@ -130,6 +147,7 @@ impl Engine {
             queue.retain(|b| b.id != batch_id);
             key
         };
+        self.durable.borrow_mut().remove(&batch_id);
         if let Some(key) = key {
             let mut answered = self.answered_keys.borrow_mut();
             if answered.len() >= ANSWERED_KEYS {
@@ -201,8 +219,9 @@ impl Engine {
                         .entry(batch.id)
                         .or_default()
                         .push(settle);
+                    self.durable.borrow_mut().insert(batch.id);
                     if let Some(send) = self.on_batch.borrow().as_ref() {
-                        send(&batch);
+                        send();
                     }
                 } else {
                     settle(Ok(0));
@@ -690,9 +709,10 @@ impl Engine {
             // Another context's new batches go to the relay from here too, if this context
             // is online: that one may be offline, or closed right after writing (the relay
             // answers a batch it has already committed with that commit).
-            if let Some(send) = self.on_batch.borrow().as_ref() {
-                for b in &new {
-                    send(b);
+            self.durable.borrow_mut().extend(new.iter().map(|b| b.id));
+            if !new.is_empty() {
+                if let Some(send) = self.on_batch.borrow().as_ref() {
+                    send();
                 }
             }
         }

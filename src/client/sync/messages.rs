@@ -231,9 +231,7 @@ impl Sync {
                     }
                     // A socket dropped meanwhile sends nothing; its successor's Welcome will.
                     if self.open.get() && self.epoch.get() == epoch {
-                        for b in engine.pending_batches() {
-                            self.send_batch(&b);
-                        }
+                        self.send_sendable();
                         self.queue_sent.set(true);
                     }
                 });
@@ -721,6 +719,16 @@ impl Sync {
     }
 
     /// Sends a queued batch (if the socket is welcomed; else the next Welcome sends it).
+    /// Sends the queued batches not sent on this connection yet, in queue order, up to the
+    /// first one still being stored (`Engine::sendable_batches`).
+    pub(super) fn send_sendable(&self) {
+        let Some(engine) = self.engine() else { return };
+        let batches = engine.sendable_batches(|id| self.unsettled.borrow().contains(&id));
+        for b in batches {
+            self.send_batch(&b);
+        }
+    }
+
     pub(super) fn send_batch(&self, b: &Batch) {
         if self.unsettled.borrow().contains(&b.id) {
             // Sent on this connection already (a write made while the Welcome's task was

@@ -23,7 +23,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsValue;
 use web_sys::WebSocket;
 
-use super::engine::{Batch, Engine};
+use super::engine::Engine;
 use super::error::ClientError;
 use super::idb_store::Store;
 use hearth_core::path::DocumentName;
@@ -292,10 +292,10 @@ impl Sync {
         });
         // Hooks from the engine into the sync layer.
         let w = Rc::downgrade(&sync);
-        *engine.on_batch.borrow_mut() = Some(Box::new(move |b: &Batch| {
+        *engine.on_batch.borrow_mut() = Some(Box::new(move || {
             if let Some(s) = w.upgrade() {
                 if s.queue_sent.get() {
-                    s.send_batch(b);
+                    s.send_sendable();
                 }
             }
         }));
