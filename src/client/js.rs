@@ -140,3 +140,37 @@ pub async fn sleep(ms: f64) {
     });
     let _ = wasm_bindgen_futures::JsFuture::from(p).await;
 }
+
+/// Runs two futures at once and gives both outputs (IndexedDB requests and Web Lock
+/// requests made together overlap their round trips).
+pub async fn join<A: std::future::Future, B: std::future::Future>(
+    a: A,
+    b: B,
+) -> (A::Output, B::Output) {
+    use std::task::Poll;
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        if ra.is_some() && rb.is_some() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    match (ra, rb) {
+        (Some(a), Some(b)) => (a, b),
+        _ => unreachable!("both are ready"),
+    }
+}

@@ -3,7 +3,6 @@
 //! the listeners registered on it, which move to a new engine when leadership does.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use hearth_core::document::Document;
@@ -64,7 +63,7 @@ pub struct Db {
     /// Releases the leader lock, while this context leads.
     leader: RefCell<Option<Function>>,
     /// Listeners by id.
-    listens: RefCell<BTreeMap<u64, Rc<Registration>>>,
+    listens: RefCell<crate::client::origin::IdMap<Rc<Registration>>>,
     /// The next listener id.
     next_listen: Cell<u64>,
     /// The next write key (a follower's writes, see `Batch::key`).
@@ -135,7 +134,7 @@ impl Db {
             role: RefCell::new(role),
             host: RefCell::new(None),
             leader: RefCell::new(lead),
-            listens: RefCell::new(BTreeMap::new()),
+            listens: RefCell::default(),
             next_listen: Cell::new(1),
             next_key: Cell::new(1),
             tabs: RefCell::new(None),
@@ -217,9 +216,9 @@ impl Db {
                 host.handle(&msg, sink);
             }
         }
-        let ids: Vec<u64> = self.listens.borrow().keys().copied().collect();
+        let ids: Vec<u64> = self.listens.borrow().ids();
         for id in ids {
-            if let Some(r) = self.listens.borrow().get(&id) {
+            if let Some(r) = self.listens.borrow().get(id) {
                 r.moved.set(true);
             }
             self.attach(id);
@@ -477,7 +476,7 @@ impl Db {
 
     /// Stops listener `id`.
     pub(crate) fn unlisten(&self, id: u64) {
-        let Some(r) = self.listens.borrow_mut().remove(&id) else {
+        let Some(r) = self.listens.borrow_mut().remove(id) else {
             return;
         };
         match &*self.role.borrow() {
@@ -492,7 +491,7 @@ impl Db {
 
     /// Starts listener `id` on the engine, wherever it is.
     fn attach(self: &Rc<Self>, id: u64) {
-        let Some(reg) = self.listens.borrow().get(&id).cloned() else {
+        let Some(reg) = self.listens.borrow().get(id).cloned() else {
             return;
         };
         let callback = reg.continuing();
@@ -526,7 +525,7 @@ impl Db {
                     let live = weak.upgrade().is_some_and(|db| {
                         db.listens
                             .borrow()
-                            .get(&id)
+                            .get(id)
                             .is_some_and(|r| Rc::ptr_eq(r, &reg))
                     });
                     if live {

@@ -177,9 +177,25 @@ impl Engine {
         cache_budget: Option<u64>,
     ) -> Result<Rc<Engine>, ClientError> {
         let store = IdbStore::open(name).await?;
+        // What opening reads, asked at once (the reads overlap, and the batch tag's Web
+        // Lock with them): the client id, the index definitions stored and those the
+        // records follow, the write queue.
+        let random_tag = (js_sys::Math::random() * 128.0) as u8 & 0x7f;
+        use crate::client::js::join;
+        let ((stored_id, stored_indexes), (indexed, (rows, tag))) = join(
+            join(store.get_meta(META_CLIENT_ID), store.get_meta(META_INDEXES)),
+            join(
+                store.get_meta(META_INDEXED),
+                join(
+                    store.all(Store::Mutations),
+                    crate::client::tabs::claim_tag(name, random_tag),
+                ),
+            ),
+        )
+        .await;
         // One id for every context of the origin, even two opening a fresh database at
         // once: the write queue they share is the relay's idempotency key with it.
-        let client_id = match store.get_meta(META_CLIENT_ID).await? {
+        let client_id = match stored_id? {
             Some(b) => b,
             None => {
                 let id = crate::auto_id();
@@ -189,7 +205,7 @@ impl Engine {
         let client_id = String::from_utf8_lossy(&client_id).into_owned();
         let file = match indexes {
             Some(f) => f,
-            None => match store.get_meta(META_INDEXES).await? {
+            None => match stored_indexes? {
                 Some(b) => {
                     hearth_core::index::config::parse_index_file(&String::from_utf8_lossy(&b))
                         .unwrap_or_default()
@@ -198,7 +214,7 @@ impl Engine {
             },
         };
         let mut queue = Vec::new();
-        for (k, v) in store.all(Store::Mutations).await? {
+        for (k, v) in rows? {
             let id =
                 u64::from_be_bytes(k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
             queue.push(Batch::decode(id, &v)?);
@@ -206,14 +222,13 @@ impl Engine {
         queue.sort_by_key(|b| b.id);
         let seq = queue.last().map_or(0, |b| b.id);
         let catalog = IndexCatalog::from_file(&file);
-        let random_tag = (js_sys::Math::random() * 128.0) as u8 & 0x7f;
-        let (batch_tag, tag_lock) = match crate::client::tabs::claim_tag(name, random_tag).await {
+        let (batch_tag, tag_lock) = match tag {
             Some((tag, release)) => (tag, Some(release)),
             None => (random_tag, None),
         };
         // Records whose index keys follow other definitions (or schema 1's, which kept none
         // in the record) are rewritten before anything reads them.
-        let indexed = store.get_meta(META_INDEXED).await?;
+        let indexed = indexed?;
         if indexed.as_deref() != Some(file.to_json().as_bytes()) {
             reindex(&store, &catalog).await?;
         }

@@ -113,3 +113,63 @@ pub async fn request_lock(name: &str, if_available: bool) -> Option<Function> {
 pub fn available() -> bool {
     crate::client::cache::locks().is_some()
 }
+
+/// A small map from increasing ids to values, in id order: a sorted vector (a context's
+/// requests and listeners number in the tens to thousands; a tree or hash map of each kind
+/// would cost the package more than it saves).
+pub(crate) struct IdMap<T>(Vec<(u64, T)>);
+
+impl<T> Default for IdMap<T> {
+    fn default() -> Self {
+        IdMap(Vec::new())
+    }
+}
+
+impl<T> IdMap<T> {
+    fn at(&self, id: u64) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&id, |(k, _)| *k)
+    }
+
+    /// Inserts or replaces the value of `id`.
+    pub fn insert(&mut self, id: u64, value: T) {
+        match self.at(id) {
+            Ok(i) => self.0[i].1 = value,
+            Err(i) => self.0.insert(i, (id, value)),
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&T> {
+        self.at(id).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.at(id).ok().map(|i| &mut self.0[i].1)
+    }
+
+    pub fn remove(&mut self, id: u64) -> Option<T> {
+        self.at(id).ok().map(|i| self.0.remove(i).1)
+    }
+
+    /// The ids, in order.
+    pub fn ids(&self) -> Vec<u64> {
+        self.0.iter().map(|(k, _)| *k).collect()
+    }
+
+    /// The values, in id order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    /// The values, in id order, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+
+    /// Empties the map, giving its values in id order.
+    pub fn take(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.0)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    }
+}

@@ -5,7 +5,7 @@
 //! leader's changes), so a snapshot costs its changes, not its result.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use hearth_core::path::DocumentName;
@@ -63,9 +63,9 @@ pub(crate) struct Proxy {
     /// The next request id.
     next_id: Cell<u64>,
     /// Requests not answered yet, by id (in call order).
-    inflight: RefCell<BTreeMap<u64, Inflight>>,
+    inflight: RefCell<super::IdMap<Inflight>>,
     /// Listeners, by the database's listener id.
-    listens: RefCell<HashMap<u64, Listen>>,
+    listens: RefCell<super::IdMap<Listen>>,
     /// Releases the lock that tells the leader this context lives.
     alive: RefCell<Option<Function>>,
     /// This context's batch-id tag (see `Engine::next_batch_id`) and the lock that keeps it
@@ -101,8 +101,8 @@ impl Proxy {
             leader: RefCell::new(None),
             client_id: RefCell::new(String::new()),
             next_id: Cell::new(1),
-            inflight: RefCell::new(BTreeMap::new()),
-            listens: RefCell::new(HashMap::new()),
+            inflight: RefCell::default(),
+            listens: RefCell::default(),
             alive: RefCell::new(alive),
             tag,
             batch_seq: Cell::new(0),
@@ -243,7 +243,7 @@ impl Proxy {
 
     /// Stops listener `lid`.
     pub fn unlisten(&self, lid: u64) {
-        if self.listens.borrow_mut().remove(&lid).is_some() {
+        if self.listens.borrow_mut().remove(lid).is_some() {
             self.post(
                 Msg::new("req")
                     .set("from", self.ctx.as_str())
@@ -289,11 +289,8 @@ impl Proxy {
             .collect();
         let listens: Vec<JsValue> = {
             let mut ls = self.listens.borrow_mut();
-            let mut entries: Vec<(&u64, &mut Listen)> = ls.iter_mut().collect();
-            entries.sort_unstable_by_key(|(id, _)| **id);
-            entries
-                .into_iter()
-                .map(|(_, l)| {
+            ls.values_mut()
+                .map(|l| {
                     l.moved.set(true);
                     if let Some(v) = &mut l.mirror {
                         *v = View::new(v.query().clone(), Vec::new());
@@ -310,10 +307,8 @@ impl Proxy {
 
     /// Hands the requests not answered over (to this context's own engine, once it leads).
     pub fn take_unanswered(&self) -> Vec<(JsValue, Box<dyn FnOnce(JsValue)>)> {
-        std::mem::take(&mut *self.inflight.borrow_mut())
-            .into_values()
-            .map(|r| (r.msg, r.done))
-            .collect()
+        let taken = self.inflight.borrow_mut().take();
+        taken.into_iter().map(|r| (r.msg, r.done)).collect()
     }
 
     /// Delivers an answer given in this context (see [`Proxy::take_unanswered`]).
@@ -321,7 +316,7 @@ impl Proxy {
         let Some(id) = wire::number(m, "id") else {
             return;
         };
-        let done = self.inflight.borrow_mut().remove(&id);
+        let done = self.inflight.borrow_mut().remove(id);
         if let Some(r) = done {
             (r.done)(m.clone());
         }
@@ -332,7 +327,7 @@ impl Proxy {
         let (Some(id), Some(batch)) = (wire::number(m, "id"), wire::number(m, "batch")) else {
             return;
         };
-        if let Some(r) = self.inflight.borrow_mut().get_mut(&id) {
+        if let Some(r) = self.inflight.borrow_mut().get_mut(id) {
             r.msg = Msg::new("req")
                 .set("from", self.ctx.as_str())
                 .set("id", id as f64)
@@ -358,12 +353,12 @@ impl Proxy {
         };
         let (event, callback) = match wire::error(m) {
             Some(e) => {
-                let gone = self.listens.borrow_mut().remove(&lid);
+                let gone = self.listens.borrow_mut().remove(lid);
                 (Some(ListenEvent::Error(e)), gone.map(|l| l.callback))
             }
             None => (
                 self.snapshot(lid, m),
-                self.listens.borrow().get(&lid).map(|l| l.callback.clone()),
+                self.listens.borrow().get(lid).map(|l| l.callback.clone()),
             ),
         };
         if let (Some(ev), Some(cb)) = (event, callback) {
@@ -376,7 +371,7 @@ impl Proxy {
         let from_cache = wire::field(m, "cache").as_bool().unwrap_or(true);
         let has_pending_writes = wire::field(m, "hpw").as_bool().unwrap_or(false);
         let mut ls = self.listens.borrow_mut();
-        let l = ls.get_mut(&lid)?;
+        let l = ls.get_mut(lid)?;
         let Some(view) = &mut l.mirror else {
             let name = DocumentName::parse(&wire::text(m, "name")?).ok()?;
             let doc = wire::read_document(m, "d").ok()?;
@@ -417,7 +412,7 @@ impl Proxy {
         self.channel.set_onmessage(None);
         self.channel.close();
         self.on_message.borrow_mut().take();
-        self.listens.borrow_mut().clear();
+        drop(self.listens.borrow_mut().take());
         let closed = crate::client::error::ClientError::new(
             hearth_core::error::ErrorCode::FailedPrecondition,
             "the database was closed",
@@ -443,7 +438,7 @@ impl Proxy {
         self.channel.set_onmessage(None);
         self.channel.close();
         self.on_message.borrow_mut().take();
-        self.listens.borrow_mut().clear();
+        drop(self.listens.borrow_mut().take());
     }
 }
 
