@@ -149,9 +149,11 @@ async function until(p, f, arg, ms = 15000) {
   return Date.now() - t0;
 }
 
-for (const how of ['closes', 'crashes']) {
-  test(`the leader ${how}: a follower takes the lead, its listener goes on, nothing is lost or applied twice`, { timeout: 90000 }, async () => {
-    const name = `handover-${how}`;
+// Each three times: a write applied twice showed in about one handover in seven before the
+// new leader stopped serving its own old proxy's requests a second time.
+for (const [how, round] of [['closes', 1], ['closes', 2], ['closes', 3], ['crashes', 1], ['crashes', 2], ['crashes', 3]]) {
+  test(`the leader ${how} (${round}): a follower takes the lead, its listener goes on, nothing is lost or applied twice`, { timeout: 90000 }, async () => {
+    const name = `handover-${how}-${round}`;
     const [a, b, c] = await Promise.all([env.page(), env.page(), env.page()]);
     await openIn(a, name);
     assert.equal(await openIn(b, name), false);

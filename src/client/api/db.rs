@@ -147,19 +147,53 @@ impl Db {
                 p.until_led(10_000.0).await;
             }
         } else {
-            db.lead_started();
+            db.lead_started(None);
         }
         Ok(db)
     }
 
     /// This context now runs the engine: serve the other contexts (with Web Locks), or tell
     /// them what changes (without).
-    fn lead_started(self: &Rc<Self>) {
+    fn lead_started(self: &Rc<Self>, own: Option<String>) {
         let Some(local) = self.local() else { return };
         if self.leader.borrow().is_some() {
-            *self.host.borrow_mut() = Host::start(&self.name, self.ctx.clone(), local);
+            *self.host.borrow_mut() = Host::start(&self.name, self.ctx.clone(), local, own);
+            self.stop_on_pagehide();
         }
         super::link_tabs(self);
+    }
+
+    /// A leading page that is going away (`pagehide` not kept in the back/forward cache)
+    /// stops serving and sending at once: its messages to the other tabs are dropped from
+    /// then on while it may still run a moment, and the next leader takes its queue from
+    /// IndexedDB (a batch it had sent goes again under its id, a retry the relay answers).
+    fn stop_on_pagehide(self: &Rc<Self>) {
+        let global = js_sys::global();
+        let Ok(add) = js_sys::Reflect::get(&global, &"addEventListener".into())
+            .and_then(|f| f.dyn_into::<Function>())
+        else {
+            return;
+        };
+        if js_sys::Reflect::get(&global, &"document".into()).map_or(true, |d| d.is_undefined()) {
+            return;
+        }
+        let weak = Rc::downgrade(self);
+        let on_hide = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+            let kept = js_sys::Reflect::get(&e, &"persisted".into())
+                .ok()
+                .and_then(|p| p.as_bool())
+                .unwrap_or(false);
+            if let (Some(db), false) = (weak.upgrade(), kept) {
+                if let Some(h) = db.host.borrow_mut().take() {
+                    h.stop();
+                }
+                if let Some(s) = db.local().and_then(|l| l.sync) {
+                    s.close();
+                }
+            }
+        });
+        let _ = add.call2(&global, &"pagehide".into(), on_hide.as_ref());
+        on_hide.forget();
     }
 
     /// Waits for the leader lock, then takes the lead.
@@ -200,8 +234,8 @@ impl Db {
         }
         *self.leader.borrow_mut() = Some(release);
         let old = std::mem::replace(&mut *self.role.borrow_mut(), Role::Local(local));
-        self.lead_started();
         let Role::Remote(proxy) = old else { return };
+        self.lead_started(Some(proxy.ctx.clone()));
         proxy.retire();
         if let Some(host) = self.host.borrow().clone() {
             for (msg, done) in proxy.take_unanswered() {

@@ -2,7 +2,7 @@
 //! (the origin's leader changed): its next snapshot's changes are told against the result
 //! it showed, so the app's `docChanges()` go on from what it holds; and a listener that
 //! showed the relay's result holds the new engine's snapshots from its cache until the
-//! relay's come (at most `MOVE_HOLD_MS`), since that cache may be older than what the old
+//! relay's come (at most `MOVE_HOLD_MS`, 1 s), since that cache may be older than what the old
 //! leader showed (it showed the relay's documents before writing them, and went before the
 //! write), and a listener must not go back to a state it already left.
 
@@ -18,7 +18,7 @@ use crate::client::engine::ListenEvent;
 use crate::client::origin::proxy::Watch;
 
 /// How long a moved listener holds back its new engine's snapshots from the cache.
-const MOVE_HOLD_MS: f64 = 3000.0;
+const MOVE_HOLD_MS: f64 = 1000.0;
 
 /// One listener of the app.
 pub(super) struct Registration {

@@ -47,6 +47,7 @@ use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::value::Value;
 
 mod batch;
+mod keyed;
 mod listeners;
 mod pending;
 mod queue;
@@ -54,6 +55,7 @@ mod server;
 mod timestamps;
 
 pub use self::batch::{batch_id_after, Batch};
+pub use self::keyed::Keyed;
 use self::listeners::{Callback, Listener};
 pub use self::listeners::{ListenEvent, Pending};
 pub use self::timestamps::{show_timestamps, PendingTimestamp, ServerTimestamps};
@@ -96,6 +98,9 @@ pub struct Engine {
     /// answered before the commit) is ignored, as it would bring a deleted document back.
     /// Kept in memory until a snapshot at or after that version is applied (`forget_absent`).
     absent_at: RefCell<HashMap<DocumentName, u64>>,
+    /// Keyed writes being written, with the requests of the same write that came meanwhile
+    /// (they take its outcome).
+    writing_keys: RefCell<HashMap<String, Vec<Settle>>>,
     /// The answers of the last keyed batches that left the queue (see `queue`).
     answered_keys: RefCell<std::collections::VecDeque<(String, Result<u64, ClientError>)>>,
     /// Promises waiting on a batch's answer, by batch id.
@@ -232,7 +237,7 @@ impl Engine {
         if indexed.as_deref() != Some(file.to_json().as_bytes()) {
             reindex(&store, &catalog).await?;
         }
-        Ok(Rc::new(Engine {
+        let engine = Rc::new(Engine {
             name: name.to_owned(),
             store,
             catalog: RefCell::new(catalog),
@@ -250,6 +255,7 @@ impl Engine {
             landing: RefCell::new(BTreeSet::new()),
             barriers: RefCell::new(Vec::new()),
             read_barriers: RefCell::new(Vec::new()),
+            writing_keys: RefCell::new(HashMap::new()),
             answered_keys: RefCell::new(std::collections::VecDeque::new()),
             listeners: RefCell::new(BTreeMap::new()),
             changes_seen: Cell::new(0),
@@ -271,7 +277,10 @@ impl Engine {
             on_settled: RefCell::new(None),
             cache: Cache::new(cache_budget.filter(|_| synced)),
             open_lock: RefCell::new(crate::client::cache::hold_open_lock(name)),
-        }))
+        });
+        let pruning = engine.clone();
+        wasm_bindgen_futures::spawn_local(async move { pruning.prune_answers().await });
+        Ok(engine)
     }
 
     /// The local view of one document, without counting it as a recent read.

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 pub use super::batch::{batch_id_after, Batch};
+use super::keyed::{encode_answer, Keyed, ANSWERED_PREFIX};
 use super::server::{decode_remote, encode_remote, remote_is_unknown, REMOTE_UNKNOWN};
 use super::timestamps::previous_values;
 use super::{now_micros, Engine, Settle};
@@ -127,7 +128,7 @@ impl Engine {
     pub fn write_keyed(
         self: &Rc<Self>,
         mutations: Vec<Mutation>,
-        key: Option<(String, Box<dyn FnOnce(u64)>)>,
+        key: Option<Keyed>,
         settle: Settle,
     ) -> impl std::future::Future<Output = ()> + 'static {
         let ticket = self.issue_write();
@@ -136,8 +137,12 @@ impl Engine {
     }
 
     /// Takes answered batch `batch_id` out of the queue, keeping the answer of a keyed one
-    /// (a write another context asked for: asked again, it gets that answer).
-    fn dequeue(&self, batch_id: u64, answer: &Result<u64, ClientError>) {
+    /// (a write another context asked for: asked again, it gets that answer), in memory and
+    /// in the returned op, which the caller stores with the batch's deletion: a leader that
+    /// stored the deletion may go before its follower heard the answer (a closing page's
+    /// messages are dropped while it still takes the relay's answers), and the next leader
+    /// must answer the write asked again from that record, not queue it a second time.
+    fn dequeue(&self, batch_id: u64, answer: &Result<u64, ClientError>) -> Option<WriteOp> {
         let key = {
             let mut queue = self.queue.borrow_mut();
             let key = queue
@@ -148,13 +153,18 @@ impl Engine {
             key
         };
         self.durable.borrow_mut().remove(&batch_id);
-        if let Some(key) = key {
-            let mut answered = self.answered_keys.borrow_mut();
-            if answered.len() >= ANSWERED_KEYS {
-                answered.pop_front();
-            }
-            answered.push_back((key, answer.clone()));
+        let key = key?;
+        let op = WriteOp::Put {
+            store: Store::Meta,
+            key: Key::Text(format!("{ANSWERED_PREFIX}{key}")),
+            value: encode_answer(answer),
+        };
+        let mut answered = self.answered_keys.borrow_mut();
+        if answered.len() >= ANSWERED_KEYS {
+            answered.pop_front();
         }
+        answered.push_back((key, answer.clone()));
+        Some(op)
     }
 
     /// Settles `settle` with batch `id`'s answer: at once (`Ok(0)`) when it is no longer
@@ -175,21 +185,65 @@ impl Engine {
         self: &Rc<Self>,
         ticket: u64,
         mutations: Vec<Mutation>,
-        key: Option<(String, Box<dyn FnOnce(u64)>)>,
+        key: Option<Keyed>,
         settle: Settle,
     ) {
-        let (key, on_landed) = key.unzip();
+        let (key, again, on_landed) = match key {
+            Some(k) => (Some(k.key), k.again, Some(k.landed)),
+            None => (None, false, None),
+        };
+        // The same write asked while it is being written: it waits for that one's outcome.
+        if let Some(k) = &key {
+            let mut writing = self.writing_keys.borrow_mut();
+            if let Some(waiting) = writing.get_mut(k) {
+                waiting.push(settle);
+                drop(writing);
+                self.landed(ticket, None);
+                return;
+            }
+            writing.insert(k.clone(), Vec::new());
+        }
+        let (settle, key): (Settle, _) = match &key {
+            Some(k) => {
+                let engine = self.clone();
+                let k2 = k.clone();
+                let settle: Settle = Box::new(move |r| {
+                    let others = engine.writing_keys.borrow_mut().remove(&k2);
+                    for other in others.into_iter().flatten() {
+                        other(r.clone());
+                    }
+                    settle(r);
+                });
+                (settle, key)
+            }
+            None => (settle, key),
+        };
         let queued = key.as_ref().and_then(|k| {
             let q = self.queue.borrow();
             q.iter().find(|b| b.key.as_ref() == Some(k)).map(|b| b.id)
         });
-        let answered = key.as_ref().and_then(|k| {
-            let answered = self.answered_keys.borrow();
-            answered
-                .iter()
-                .find(|(a, _)| a == k)
-                .map(|(_, r)| r.clone())
-        });
+        // A write asked again (after a leadership change) may have been answered: by this
+        // engine, or by the one before, which stored the answer; or queued by the one before
+        // after this engine read the queue (a closing page still runs a moment).
+        let answered = match (&key, queued) {
+            (Some(k), None) if again => self.stored_answer(k).await,
+            _ => None,
+        };
+        let queued = match (&key, queued, &answered) {
+            (Some(k), None, None) if again => self.adopt_stored(k).await,
+            _ => queued,
+        };
+        if self.debug {
+            if let Some(k) = &key {
+                web_sys::console::debug_1(
+                    &format!(
+                        "hearth-engine keyed write {k} again {again}: queued {queued:?} answered {}",
+                        answered.is_some()
+                    )
+                    .into(),
+                );
+            }
+        }
         if let Some(answer) = answered {
             // Asked again after a leadership change, and answered since this engine opened
             // (it queued the batch then; the relay answered before the ask came again).
@@ -495,11 +549,12 @@ impl Engine {
             return Ok(Vec::new());
         };
         let guard = self.lock.lock().await;
-        self.dequeue(batch_id, &Ok(version));
+        let record = self.dequeue(batch_id, &Ok(version));
         let mut ops = vec![WriteOp::Delete {
             store: Store::Mutations,
             key: Key::Number(batch_id as f64),
         }];
+        ops.extend(record);
         let mut changed = Vec::new();
         let mut stale = Vec::new();
         for n in batch.names() {
@@ -638,11 +693,12 @@ impl Engine {
             return Ok(());
         };
         let guard = self.lock.lock().await;
-        self.dequeue(batch_id, &Err(error.clone()));
+        let record = self.dequeue(batch_id, &Err(error.clone()));
         let mut ops = vec![WriteOp::Delete {
             store: Store::Mutations,
             key: Key::Number(batch_id as f64),
         }];
+        ops.extend(record);
         let mut changed = Vec::new();
         for n in names {
             let key = document_key(&n);

@@ -22,6 +22,8 @@ pub(crate) type Sink = Rc<dyn Fn(JsValue)>;
 
 /// The engine's server for the origin's other contexts.
 pub(crate) struct Host {
+    /// The id this context's proxy had (see `start`).
+    own: Option<String>,
     /// This context's id (the leader's).
     ctx: String,
     /// The engine and relay connection.
@@ -43,9 +45,17 @@ pub(crate) struct Host {
 
 impl Host {
     /// Serves `database`'s followers with `local`, and tells them this context leads.
-    pub fn start(database: &str, ctx: String, local: Local) -> Option<Rc<Host>> {
+    /// `own`: the id this context's proxy had while it followed: its requests still on the
+    /// way are not served (the context hands them over itself, once).
+    pub fn start(
+        database: &str,
+        ctx: String,
+        local: Local,
+        own: Option<String>,
+    ) -> Option<Rc<Host>> {
         let channel = web_sys::BroadcastChannel::new(&super::channel_name(database)).ok()?;
         let host = Rc::new(Host {
+            own,
             ctx,
             local,
             channel,
@@ -82,6 +92,9 @@ impl Host {
         let Some(from) = wire::text(&m, "from") else {
             return;
         };
+        if self.own.as_deref() == Some(from.as_str()) {
+            return;
+        }
         match wire::text(&m, "k").as_deref() {
             Some("hello") => {
                 self.watch(&from);
@@ -216,7 +229,8 @@ impl Host {
                     .done(),
             );
         });
-        let key = key.map(|k| (k, landed));
+        let again = wire::field(m, "again").as_bool().unwrap_or(false);
+        let key = key.map(|key| crate::client::engine::Keyed { key, again, landed });
         wasm_bindgen_futures::spawn_local(engine.write_keyed(mutations, key, done));
     }
 

@@ -278,6 +278,18 @@ impl Proxy {
         if self.leader.borrow().as_deref() == Some(ctx.as_str()) {
             return;
         }
+        if js_sys::Reflect::get(&js_sys::global(), &"__HEARTH_DEBUG__".into())
+            .is_ok_and(|v| v.is_truthy())
+        {
+            web_sys::console::debug_1(
+                &format!(
+                    "hearth-proxy {}: leader {:?} -> {ctx}",
+                    self.ctx,
+                    self.leader.borrow()
+                )
+                .into(),
+            );
+        }
         *self.leader.borrow_mut() = Some(ctx);
         *self.client_id.borrow_mut() = wire::text(m, "client").unwrap_or_default();
         self.wake();
@@ -285,7 +297,7 @@ impl Proxy {
             .inflight
             .borrow()
             .values()
-            .map(|r| r.msg.clone())
+            .map(|r| asked_again(&r.msg))
             .collect();
         let listens: Vec<JsValue> = {
             let mut ls = self.listens.borrow_mut();
@@ -308,7 +320,10 @@ impl Proxy {
     /// Hands the requests not answered over (to this context's own engine, once it leads).
     pub fn take_unanswered(&self) -> Vec<(JsValue, Box<dyn FnOnce(JsValue)>)> {
         let taken = self.inflight.borrow_mut().take();
-        taken.into_iter().map(|r| (r.msg, r.done)).collect()
+        taken
+            .into_iter()
+            .map(|r| (asked_again(&r.msg), r.done))
+            .collect()
     }
 
     /// Delivers an answer given in this context (see [`Proxy::take_unanswered`]).
@@ -440,6 +455,12 @@ impl Proxy {
         self.on_message.borrow_mut().take();
         drop(self.listens.borrow_mut().take());
     }
+}
+
+/// A request as sent again to a new leader: marked so (a write may have been answered).
+fn asked_again(msg: &JsValue) -> JsValue {
+    let _ = js_sys::Reflect::set(msg, &"again".into(), &JsValue::TRUE);
+    msg.clone()
 }
 
 /// Keeps the pending server timestamps a message carries: those of its documents; with
