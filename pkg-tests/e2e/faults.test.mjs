@@ -32,7 +32,7 @@ import { mkdtempSync, chmodSync, rmSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { root, spawnRelayAt, startServer, startBrowser, installTracker, freePort } from './harness.mjs';
+import { root, spawnRelayAt, startServer, startBrowser, installTracker, freePort, varint } from './harness.mjs';
 
 const run = promisify(execFile);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -151,17 +151,6 @@ after(async () => {
 
 // ---- clients -------------------------------------------------------------------------
 
-/** Reads a LEB128 varint from `b` at `at`: [value, next offset]. */
-function varint(b, at) {
-  let v = 0;
-  let mul = 1;
-  for (;;) {
-    const x = b[at++];
-    v += (x & 0x7f) * mul;
-    if (!(x & 0x80)) return [v, at];
-    mul *= 128;
-  }
-}
 
 /** Counts page `p`'s WebSockets and protocol frames (docs/protocol.md): every `Write`'s
  *  batch id (sent more than once: re-sent after a reconnection), and the `Error` codes. */

@@ -42,6 +42,19 @@ export async function startServer() {
     stop: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }) };
 }
 
+/** Reads a LEB128 varint (the protocol's, docs/protocol.md) from `b` at `at`: [value, next
+ *  offset]. */
+export function varint(b, at) {
+  let v = 0;
+  let mul = 1;
+  for (;;) {
+    const x = b[at++];
+    v += (x & 0x7f) * mul;
+    if (!(x & 0x80)) return [v, at];
+    mul *= 128;
+  }
+}
+
 /** Launches headless Chromium with a fresh profile (the flags TOOLCHAIN.md requires), or
  *  with `profile`, the directory of one a killed browser left (see `kill9`). */
 export async function startBrowser(profile = mkdtempSync(join(tmpdir(), 'hearth-chromium-'))) {

@@ -8,21 +8,10 @@
 // Run: node --test pkg-tests/e2e/write_order.test.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { useEnvironment } from './harness.mjs';
+import { useEnvironment, varint } from './harness.mjs';
 
 const env = useEnvironment();
 
-/** Reads a LEB128 varint from `b` at `at`: [value, next offset]. */
-function varint(b, at) {
-  let v = 0;
-  let mul = 1;
-  for (;;) {
-    const x = b[at++];
-    v += (x & 0x7f) * mul;
-    if (!(x & 0x80)) return [v, at];
-    mul *= 128;
-  }
-}
 
 test('batches go to the relay in the order they were written, whatever their listeners cost', { timeout: 90000 }, async () => {
   const name = 'write-order';

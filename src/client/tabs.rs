@@ -86,53 +86,12 @@ pub fn decode_settled(data: &JsValue) -> Option<(u64, Result<u64, ClientError>)>
 /// function is called (or the context goes). `None` where Web Locks are missing or all 128
 /// are held; the caller then picks a random tag.
 pub async fn claim_tag(database: &str, start: u8) -> Option<(u8, js_sys::Function)> {
-    use js_sys::{Function, Promise};
-    use std::cell::RefCell;
-    use std::rc::Rc;
-    use wasm_bindgen::closure::Closure;
-    use wasm_bindgen::JsCast;
-    let locks = super::cache::locks()?;
-    let request: Function = Reflect::get(&locks, &"request".into())
-        .ok()?
-        .dyn_into()
-        .ok()?;
-    let options = js_sys::Object::new();
-    Reflect::set(&options, &"ifAvailable".into(), &JsValue::TRUE).ok()?;
+    crate::client::cache::locks()?;
     for i in 0..128u8 {
         let tag = start.wrapping_add(i) & 0x7f;
-        let release: Rc<RefCell<Option<Function>>> = Rc::default();
-        let slot = release.clone();
-        let mut granted_resolve: Option<Function> = None;
-        let granted = Promise::new(&mut |resolve, _| granted_resolve = Some(resolve));
-        let granted_resolve = granted_resolve?;
-        // Called with the lock, or with null when another context holds it.
-        let callback = Closure::once_into_js(move |lock: JsValue| -> JsValue {
-            let _ =
-                granted_resolve.call1(&JsValue::UNDEFINED, &JsValue::from_bool(!lock.is_null()));
-            if lock.is_null() {
-                return JsValue::UNDEFINED;
-            }
-            // Held until this promise settles.
-            Promise::new(&mut |resolve, _| *slot.borrow_mut() = Some(resolve)).into()
-        });
         let name = format!("hearth:batch-tag:{database}:{tag}");
-        let pending = request
-            .call3(&locks, &name.into(), &options, &callback)
-            .ok()?;
-        if let Ok(catch) =
-            Reflect::get(&pending, &"catch".into()).and_then(|c| c.dyn_into::<Function>())
-        {
-            let ignore = Closure::once_into_js(|_: JsValue| {});
-            let _ = catch.call1(&pending, &ignore);
-        }
-        let ok = wasm_bindgen_futures::JsFuture::from(granted).await.ok()?;
-        if ok.as_bool() == Some(true) {
-            let release_now = Closure::once_into_js(move || {
-                if let Some(resolve) = release.borrow_mut().take() {
-                    let _ = resolve.call0(&JsValue::UNDEFINED);
-                }
-            });
-            return Some((tag, release_now.unchecked_into()));
+        if let Some(release) = super::origin::request_lock(&name, true).await {
+            return Some((tag, release));
         }
     }
     None

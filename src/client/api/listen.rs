@@ -9,12 +9,10 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use hearth_core::document::Document;
-use hearth_core::path::DocumentName;
 use hearth_core::query::model::Query;
-use hearth_core::query::view::{ChangeType, DocChange, ResultSnapshot, View};
+use hearth_core::query::view::{DocChange, ResultSnapshot, View};
 
-use crate::client::engine::ListenEvent;
+use crate::client::engine::{data_changes_between, ListenEvent};
 use crate::client::origin::proxy::Watch;
 
 /// How long a moved listener holds back its new engine's snapshots from the cache.
@@ -126,17 +124,6 @@ fn moved_changes(q: &Query, before: &ResultSnapshot, after: &ResultSnapshot) -> 
     let Ok(q) = hearth_core::query::validate::validate(q) else {
         return Vec::new();
     };
-    let (old, new) = (before.to_vec(), after.to_vec());
     let view = View::new(q, Vec::new());
-    let was: std::collections::HashMap<&DocumentName, &Document> =
-        old.iter().map(|d| (&d.name, d)).collect();
-    view.diff(&old, &new)
-        .into_iter()
-        .filter(|c| {
-            c.kind != ChangeType::Modified
-                || was
-                    .get(&c.doc.name)
-                    .is_none_or(|d| d.fields != c.doc.fields)
-        })
-        .collect()
+    data_changes_between(&view, &before.to_vec(), &after.to_vec())
 }

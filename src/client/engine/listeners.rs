@@ -80,8 +80,17 @@ impl Delta {
 
 /// The data changes that turn result `shown` into `view`'s (O(n): after a refill or a reset).
 fn diff_data_changes(view: &View, shown: &ResultSnapshot) -> Vec<DocChange> {
-    let before = shown.to_vec();
-    let changes = view.diff(&before, &view.to_vec());
+    data_changes_between(view, &shown.to_vec(), &view.to_vec())
+}
+
+/// The data changes from result `before` to `after` of `view`'s query: its diff, less the
+/// modifications that kept the fields (metadata). O(n).
+pub fn data_changes_between(
+    view: &View,
+    before: &[Document],
+    after: &[Document],
+) -> Vec<DocChange> {
+    let changes = view.diff(before, after);
     // A modification is a data change only if the fields differ (a document cannot move
     // without a field changing, so dropping one leaves the others' indexes right).
     let was: HashMap<&DocumentName, &Document> =

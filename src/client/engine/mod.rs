@@ -56,8 +56,8 @@ mod timestamps;
 
 pub use self::batch::{batch_id_after, Batch};
 pub use self::keyed::Keyed;
+pub use self::listeners::{data_changes_between, ListenEvent, Pending};
 use self::listeners::{Callback, Listener};
-pub use self::listeners::{ListenEvent, Pending};
 pub use self::timestamps::{show_timestamps, PendingTimestamp, ServerTimestamps};
 
 /// A callback slot the sync layer fills.

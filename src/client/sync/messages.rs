@@ -15,7 +15,7 @@ use crate::client::idb_store::{Key, Store, WriteOp};
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
-use hearth_core::query::model::{Query, Source};
+use hearth_core::query::model::Source;
 
 /// The server states a snapshot carries, one per document: the newest, an absence read at
 /// a version counting as newer than a document written at or before it.
@@ -150,7 +150,7 @@ impl Sync {
                 (*id, std::mem::take(&mut t.buffered))
             })
             .collect();
-        self.listen_waiting_now();
+        self.listen_unsent();
         let awaiting = self.unsettled.borrow().iter().copied().collect();
         self.snapshots.borrow_mut().push_back(ReceivedSnapshot {
             version,
@@ -212,23 +212,7 @@ impl Sync {
                     let Some(engine) = self.engine() else { return };
                     let _ = engine.set_indexes(indexes).await;
                     // Listens first (with their resume versions), then the queued writes in order.
-                    let targets: Vec<(u32, Query, Option<u64>)> = self
-                        .targets
-                        .borrow_mut()
-                        .iter_mut()
-                        .filter(|(_, t)| !t.sent)
-                        .map(|(id, t)| {
-                            t.sent = true;
-                            (*id, t.query.clone(), t.resume)
-                        })
-                        .collect();
-                    for (target_id, query, resume_version) in targets {
-                        self.send(&ClientMessage::Listen {
-                            target_id,
-                            query,
-                            resume_version,
-                        });
-                    }
+                    self.listen_unsent();
                     // A socket dropped meanwhile sends nothing; its successor's Welcome will.
                     if self.open.get() && self.epoch.get() == epoch {
                         self.send_sendable();
@@ -364,11 +348,12 @@ impl Sync {
         }
     }
 
-    /// A Snapshot came, so the relay serves listens again (its store answers): the targets
-    /// waiting out a backoff after a transient end listen again now, not when their timers
-    /// say (after an outage of a few seconds, a doubled backoff could keep a listener deaf
-    /// for as long again).
-    fn listen_waiting_now(&self) {
+    /// Sends the Listen of every target not sent on this connection (with its resume
+    /// version). After a Welcome, all of them; after a Snapshot, which shows the relay serves
+    /// listens again (its store answers), the targets waiting out a backoff after a
+    /// transient end, now rather than when their timers say (after an outage of a few
+    /// seconds, a doubled backoff could keep a listener deaf for as long again).
+    fn listen_unsent(&self) {
         let waiting: Vec<ClientMessage> = self
             .targets
             .borrow_mut()
