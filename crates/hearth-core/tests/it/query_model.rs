@@ -590,3 +590,34 @@ fn aggregations_follow_the_model() {
         assert!(same_values(&got, &want), "{q:?}\n{got:?}\n{want:?}");
     }
 }
+
+/// `a in [null, null, null] AND (b == 0 OR ... OR b == 10)` is 33 disjunctions for Firestore
+/// (each `in` value counts): the engine refuses it, and the model must not take it for an
+/// accepted query (a random case of the property above found the model counting 11).
+#[test]
+fn in_values_count_as_disjunctions_in_the_model_too() {
+    use hearth_core::query::model::FieldFilter;
+    let field = |f: &str, op: Operator, value: Value| {
+        Filter::Field(FieldFilter {
+            field: FieldPath::parse(f).expect("valid"),
+            op,
+            value,
+        })
+    };
+    let ors = Filter::Or(
+        (0..11)
+            .map(|i| field("b", Operator::Equal, Value::Integer(i)))
+            .collect(),
+    );
+    let three_nulls = Value::Array(vec![Value::Null; 3]);
+    let mut q = Query::collection(items());
+    q.filter = Some(Filter::And(vec![
+        field("a", Operator::In, three_nulls),
+        ors,
+    ]));
+    assert!(!firestore_accepts(&q));
+    let refused = hearth_core::query::validate::validate(&q)
+        .map(|_| ())
+        .map_err(|e| e.code());
+    assert_eq!(refused, Err(ErrorCode::InvalidArgument));
+}

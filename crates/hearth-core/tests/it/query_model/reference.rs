@@ -491,6 +491,26 @@ pub(crate) fn model_dnf(f: &Filter) -> Vec<Vec<FieldFilter>> {
     }
 }
 
+/// The number of disjunctions Firestore counts for filter `f`: its disjunctive normal form
+/// with each `in` and `array-contains-any` value a disjunction of its own (so they multiply
+/// across an AND).
+pub(crate) fn model_dnf_size(f: &Filter) -> usize {
+    match f {
+        Filter::Field(ff) => match (&ff.op, &ff.value) {
+            (Operator::In | Operator::ArrayContainsAny, Value::Array(a)) => a.len().max(1),
+            _ => 1,
+        },
+        Filter::Or(parts) => parts
+            .iter()
+            .map(model_dnf_size)
+            .fold(0usize, usize::saturating_add),
+        Filter::And(parts) => parts
+            .iter()
+            .map(model_dnf_size)
+            .fold(1usize, usize::saturating_mul),
+    }
+}
+
 pub(crate) fn has_array(v: &Value) -> bool {
     match v {
         Value::Array(_) => true,
@@ -553,7 +573,8 @@ pub(crate) fn firestore_accepts(q: &Query) -> bool {
         }
     }
     let dnf = model_dnf(f);
-    dnf.len() <= 30
+    model_dnf_size(f) <= 30
+        && dnf.len() <= 30
         && dnf.iter().all(|conj| {
             conj.iter()
                 .filter(|ff| matches!(ff.op, Operator::ArrayContains | Operator::ArrayContainsAny))
