@@ -33,15 +33,21 @@ after(async () => {
   rmSync(env.dir, { recursive: true, force: true });
 });
 
-/** Page `i`: browser `i`, database `shared` on relay `i`, tracking `items` by rank. */
+/** Page `i`: browser `i`, database `shared` on relay `i`, tracking `items` by rank. With
+ * metadata changes: when another relay's write arrives while this page's own write is pending,
+ * the acknowledgement changes only metadata, which raises no snapshot otherwise (as in
+ * Firestore), and the page's last confirmed result would never be seen. */
 async function client(i) {
   const p = await env.browsers[i].page(`${env.server.origin}/pkg-tests/e2e/page.html`);
   await installTracker(p);
   await p.evaluate(async (url) => {
     window.db = await window.hearth.Hearth.open({ name: 'shared', relay: url });
     window.seen = [];
-    window.t = window.track(window.db.collection('items').orderBy('rank'), {}, (snap) => {
-      if (!snap.metadata.hasPendingWrites) window.seen.push(snap.docs.map((d) => d.id));
+    window.all = [];
+    window.t = window.track(window.db.collection('items').orderBy('rank'), { includeMetadataChanges: true }, (snap) => {
+      const ids = snap.docs.map((d) => d.id);
+      window.all.push({ ids, pending: snap.metadata.hasPendingWrites, cache: snap.metadata.fromCache });
+      if (!snap.metadata.hasPendingWrites) window.seen.push(ids);
     });
   }, env.relays[i].url);
   return p;
@@ -51,8 +57,8 @@ async function client(i) {
 async function waitFor(p, ids, what) {
   await p.waitForFunction((ids) => JSON.stringify(window.seen.at(-1)) === JSON.stringify(ids),
     ids, { timeout: 15000 }).catch(async () => {
-    const seen = await p.evaluate(() => window.seen);
-    assert.fail(`${what}: expected ${JSON.stringify(ids)}, saw ${JSON.stringify(seen)}`);
+    const all = await p.evaluate(() => window.all);
+    assert.fail(`${what}: expected ${JSON.stringify(ids)}, every snapshot: ${JSON.stringify(all)}`);
   });
 }
 
