@@ -671,6 +671,32 @@ test('close() then clearPersistence() deletes the local data; the database reope
   await p.close();
 });
 
+test('clearPersistence() after a close made straight after opening, or after two opens and closes, succeeds', { timeout: 60000 }, async () => {
+  // The close came before the browser granted the open database's shared Web Lock, which
+  // was then held by nobody until the page went: clearPersistence() found it open for good
+  // (a Firestore app's terminate() then clearIndexedDbPersistence()).
+  const p = await page();
+  const r = await p.evaluate(async () => {
+    const { Hearth } = window.hearth;
+    const out = {};
+    let db = await Hearth.open({ name: 'api-clear-quick' });
+    await db.close();
+    out.quick = await window.code(() => Hearth.clearPersistence('api-clear-quick'), 5000);
+    for (let i = 0; i < 2; i++) {
+      db = await Hearth.open({ name: 'api-clear-twice' });
+      await db.doc(`c/${i}`).set({ i });
+      await db.close();
+    }
+    out.twice = await window.code(() => Hearth.clearPersistence('api-clear-twice'), 5000);
+    db = await Hearth.open({ name: 'api-clear-twice' });
+    out.size = (await db.collection('c').get({ source: 'cache' })).size;
+    await db.close();
+    return out;
+  });
+  assert.deepEqual(r, { quick: 'ok', twice: 'ok', size: 0 });
+  await p.close();
+});
+
 test('clearPersistence() of an open database fails with failed-precondition', { timeout: 60000 }, async () => {
   const p = await page();
   const code = await p.evaluate(async () => {

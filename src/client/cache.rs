@@ -249,18 +249,27 @@ pub(crate) fn locks() -> Option<JsValue> {
     (!locks.is_undefined() && !locks.is_null()).then_some(locks)
 }
 
-/// Holds the shared "open" lock of `database` until the returned function is called.
-pub fn hold_open_lock(database: &str) -> Option<Function> {
+/// Holds the shared "open" lock of `database` until the returned function is called; the
+/// promise resolves once the lock is let go (the browser lets it go a task or so after the
+/// release; `close()` waits for that, so a `clearPersistence()` right after finds it free).
+pub fn hold_open_lock(database: &str) -> Option<(Function, Promise)> {
     let locks = locks()?;
     let request: Function = Reflect::get(&locks, &"request".into())
         .ok()?
         .dyn_into()
         .ok()?;
-    let release: Rc<RefCell<Option<Function>>> = Rc::default();
-    let slot = release.clone();
+    // The resolve that ends the hold once granted, and whether the release came first: the
+    // lock is granted in a later task, and a database closed before then must not take it
+    // (it would stay held by nobody until the context ends, and `clearPersistence()` would
+    // find the database open).
+    let state: Rc<RefCell<(Option<Function>, bool)>> = Rc::default();
+    let slot = state.clone();
     // The lock is held until the promise the callback returns settles.
     let callback = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
-        Promise::new(&mut |resolve, _| *slot.borrow_mut() = Some(resolve)).into()
+        if slot.borrow().1 {
+            return JsValue::UNDEFINED;
+        }
+        Promise::new(&mut |resolve, _| slot.borrow_mut().0 = Some(resolve)).into()
     });
     let options = js_sys::Object::new();
     Reflect::set(&options, &"mode".into(), &"shared".into()).ok()?;
@@ -268,18 +277,23 @@ pub fn hold_open_lock(database: &str) -> Option<Function> {
         .call3(&locks, &lock_name(database).into(), &options, &callback)
         .ok()?;
     // A request that fails (e.g. the context goes away) is nothing to report.
-    if let Ok(catch) =
-        Reflect::get(&granted, &"catch".into()).and_then(|c| c.dyn_into::<Function>())
-    {
-        let ignore = Closure::once_into_js(|_: JsValue| {});
-        let _ = catch.call1(&granted, &ignore);
-    }
+    let ignore = Closure::once_into_js(|_: JsValue| {});
+    let catch: Function = Reflect::get(&granted, &"catch".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let ended: Promise = catch.call1(&granted, &ignore).ok()?.dyn_into().ok()?;
     let release_now = Closure::once_into_js(move || {
-        if let Some(resolve) = release.borrow_mut().take() {
+        let resolve = {
+            let mut s = state.borrow_mut();
+            s.1 = true;
+            s.0.take()
+        };
+        if let Some(resolve) = resolve {
             let _ = resolve.call0(&JsValue::UNDEFINED);
         }
     });
-    Some(release_now.unchecked_into())
+    Some((release_now.unchecked_into(), ended))
 }
 
 /// Whether this context is the only one holding `database` open. False where Web Locks are

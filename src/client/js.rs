@@ -130,15 +130,19 @@ pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 /// Resolves after `ms` milliseconds (`setTimeout`, in a page or a worker).
 pub async fn sleep(ms: f64) {
-    let p = js_sys::Promise::new(&mut |resolve, _| {
+    let _ = wasm_bindgen_futures::JsFuture::from(timer(ms)).await;
+}
+
+/// A promise that resolves after `ms` milliseconds.
+pub fn timer(ms: f64) -> js_sys::Promise {
+    js_sys::Promise::new(&mut |resolve, _| {
         let global = js_sys::global();
         if let Ok(st) =
             Reflect::get(&global, &"setTimeout".into()).and_then(|f| f.dyn_into::<Function>())
         {
             let _ = st.call2(&global, &resolve, &JsValue::from_f64(ms));
         }
-    });
-    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+    })
 }
 
 /// Runs two futures at once and gives both outputs (IndexedDB requests and Web Lock

@@ -573,23 +573,28 @@ impl Db {
     }
 
     /// Closes this instance: a leader's engine and service end (another context takes the
-    /// lead), a follower leaves.
-    pub(crate) fn close(&self) {
+    /// lead), a follower leaves. Returns a promise that resolves once a local engine's
+    /// "open" lock is let go (see `Engine::close`).
+    pub(crate) fn close(&self) -> Option<js_sys::Promise> {
         if let Some(h) = self.host.borrow_mut().take() {
             h.stop();
         }
-        match &*self.role.borrow() {
+        let ended = match &*self.role.borrow() {
             Role::Local(l) => {
                 if let Some(s) = &l.sync {
                     s.close();
                 }
-                l.engine.close();
+                l.engine.close()
             }
-            Role::Remote(p) => p.close(),
-        }
+            Role::Remote(p) => {
+                p.close();
+                None
+            }
+        };
         if let Some(release) = self.leader.borrow_mut().take() {
             let _ = release.call0(&JsValue::NULL);
         }
+        ended
     }
 }
 

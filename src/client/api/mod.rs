@@ -23,6 +23,7 @@ pub use reference::DocumentReference;
 pub use snapshot::{AggregateQuerySnapshot, DocumentSnapshot, QuerySnapshot, SnapshotMetadata};
 pub use write::{Transaction, WriteBatch};
 
+use super::engine::EngineEvent;
 use super::error::ClientError;
 pub use db::Db;
 use hearth_core::index::config::{parse_index_file, IndexFile};
@@ -33,6 +34,7 @@ use hearth_core::path::{CollectionPath, DocumentName};
 pub(crate) type Tabs = (
     web_sys::BroadcastChannel,
     Closure<dyn FnMut(web_sys::MessageEvent)>,
+    u64,
 );
 
 thread_local! {
@@ -90,29 +92,28 @@ fn link_tabs(db: &Rc<Db>) {
         });
     channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     let post = channel.clone();
-    *engine.on_local_change.borrow_mut() = Some(Box::new(move |names: &[DocumentName]| {
-        let list: js_sys::Array = names
-            .iter()
-            .map(|n| JsValue::from_str(&n.to_string()))
-            .collect();
-        let _ = post.post_message(&list);
-    }));
-    let post = channel.clone();
-    *engine.on_settled.borrow_mut() = Some(Box::new(
-        move |id: u64, result: &Result<u64, ClientError>| {
-            let message = super::tabs::encode_settled(id, result);
-            let _ = post.post_message(&message);
-        },
-    ));
-    *db.tabs.borrow_mut() = Some((channel, on_message));
+    let subscription = engine.events.subscribe(move |event| match event {
+        EngineEvent::LocalChange(names) => {
+            let list: js_sys::Array = names
+                .iter()
+                .map(|n| JsValue::from_str(&n.to_string()))
+                .collect();
+            let _ = post.post_message(&list);
+        }
+        EngineEvent::Settled(id, result) => {
+            let _ = post.post_message(&super::tabs::encode_settled(*id, result));
+        }
+        _ => {}
+    });
+    *db.tabs.borrow_mut() = Some((channel, on_message, subscription));
 }
 
 fn unlink_tabs(db: &Db) {
-    if let Some(local) = db.local() {
-        *local.engine.on_local_change.borrow_mut() = None;
-        *local.engine.on_settled.borrow_mut() = None;
+    let tabs = db.tabs.borrow_mut().take();
+    if let (Some(local), Some((_, _, subscription))) = (db.local(), &tabs) {
+        local.engine.events.unsubscribe(*subscription);
     }
-    if let Some((c, _)) = db.tabs.borrow_mut().take() {
+    if let Some((c, _, _)) = tabs {
         c.set_onmessage(None);
         c.close();
     }
@@ -339,8 +340,18 @@ impl Hearth {
             LIVE.with(|l| l.borrow_mut().retain(|d| !Rc::ptr_eq(d, &self.db)));
         }
         unlink_tabs(&self.db);
-        self.db.close();
-        Promise::resolve(&JsValue::UNDEFINED)
+        let ended = self.db.close();
+        // Resolves once the database's Web Locks are let go (at most a second: a lock the
+        // browser never granted is nothing to wait for), so that `clearPersistence()` right
+        // after finds it closed.
+        future_to_promise(async move {
+            if let Some(ended) = ended {
+                let timeout = super::js::timer(1000.0);
+                let first = Promise::race(&js_sys::Array::of2(&ended, &timeout));
+                let _ = wasm_bindgen_futures::JsFuture::from(first).await;
+            }
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     /// Whether this context runs the origin's engine for this database (it leads; or it

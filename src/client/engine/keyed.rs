@@ -101,21 +101,12 @@ impl Engine {
         })?;
         self.external_change(batch.names().into_iter().collect())
             .await;
-        let queue = self.queue.borrow();
-        queue
-            .iter()
-            .find(|b| b.key.as_deref() == Some(key))
-            .map(|b| b.id)
+        self.writes.borrow().keyed(key)
     }
 
     /// The answer a leader of this origin stored for keyed write `key`, if any.
     pub(super) async fn stored_answer(&self, key: &str) -> Option<Result<u64, ClientError>> {
-        let kept = self
-            .answered_keys
-            .borrow()
-            .iter()
-            .find(|(a, _)| a == key)
-            .map(|(_, r)| r.clone());
+        let kept = self.writes.borrow().answered(key);
         if kept.is_some() {
             return kept;
         }

@@ -17,19 +17,26 @@
 //! - an acknowledged batch leaves the queue; a refused one too, and its documents are rebuilt
 //!   from the server base and the remaining batches (a rollback), and listeners fire again.
 //!
-//! The parts: this module holds the [`Engine`] (opening, reads of the local view, the
-//! record of a document, the cache budget's trigger, closing); `queue` the write batches
-//! (local writes, acknowledgements, refusals, other contexts' queue changes); `listeners`
-//! the local listeners and their metadata; `pending` `waitForPendingWrites()` behind the
-//! writes called before it; `server` the server's documents and index definitions entering
-//! the local view. The eviction itself is the `cache` module's.
+//! The parts, each owning its state: the store (`IdbStore`, IndexedDB) and the cache budget
+//! (`Cache`); the write queue (`writes::WriteQueue`: batches, their waiters, write tickets);
+//! the listener registry (`registry::Registry`: listeners, their metadata, the outbox of
+//! snapshots); what is known of the server beyond the local view (`server::ServerNotes`).
+//! The engine's methods combine them: this module (opening, reads of the local view, the
+//! record of a document, the cache budget's trigger, closing); `queue` (local writes,
+//! acknowledgements, refusals, other contexts' queue changes); `listeners` (starting
+//! listeners, feeding them changes, refills, `fromCache`); `pending`
+//! (`waitForPendingWrites()` behind the writes called before it); `server` (the server's
+//! documents and index definitions entering the local view). The engine knows neither the
+//! sync session nor the origin's other contexts: it tells them `EngineEvent`s (`events`),
+//! and they call it. The eviction itself is the `cache` module's.
 //!
-//! Architecture invariant: JS callbacks are queued while the engine updates and run only
-//! after, so a callback never re-enters the engine mid-update.
+//! Architecture invariants: JS callbacks (listeners' snapshots, write promises, events)
+//! run only once no part is borrowed, so a callback may re-enter the engine; a part's
+//! methods are synchronous and return what is to be settled instead of settling it.
 
 use hearth_core::error::ErrorCode;
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::rc::Rc;
 
 use super::cache::Cache;
@@ -47,21 +54,24 @@ use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::value::Value;
 
 mod batch;
+mod events;
 mod keyed;
 mod listeners;
 mod pending;
 mod queue;
+mod registry;
 mod server;
 mod timestamps;
+mod writes;
 
 pub use self::batch::{batch_id_after, Batch};
+pub use self::events::{EngineEvent, Events};
 pub use self::keyed::Keyed;
-pub use self::listeners::{data_changes_between, ListenEvent, Pending};
-use self::listeners::{Callback, Listener};
+use self::registry::Registry;
+pub use self::registry::{data_changes_between, ListenEvent, Pending};
+use self::server::ServerNotes;
 pub use self::timestamps::{show_timestamps, PendingTimestamp, ServerTimestamps};
-
-/// A callback slot the sync layer fills.
-pub type Hook<F> = RefCell<Option<Box<F>>>;
+use self::writes::WriteQueue;
 
 /// A promise's two ends, as Rust callbacks.
 pub type Settle = Box<dyn FnOnce(Result<u64, ClientError>)>;
@@ -79,87 +89,27 @@ pub struct Engine {
     pub client_id: String,
     /// Whether writes resolve on the relay's acknowledgement (else on local durability).
     pub synced: bool,
-    /// The last batch id handed out, so ids keep increasing (see `next_batch_id`).
-    batch_seq: Cell<u64>,
-    /// This context's tag in its batch ids (see `next_batch_id`): claimed with a Web Lock
-    /// so that no other live context of the origin has it.
-    batch_tag: u8,
-    /// Releases the Web Lock on `batch_tag`.
-    tag_lock: RefCell<Option<js_sys::Function>>,
-    /// Pending batches, oldest first: this context's copy of the stored `mutations` store.
-    queue: RefCell<Vec<Batch>>,
-    /// Documents with pending writes whose server state arrived while they were pending:
-    /// when their batch is acknowledged, the order of that state and the commit is unknown
-    /// (see `acknowledge`).
-    received_while_pending: RefCell<HashSet<DocumentName>>,
-    /// Documents the server state holds as absent, with the version they are known absent
-    /// at (a deletion's acknowledgement, a listen's `Delete`, a read): an older state of one
-    /// arriving later (a snapshot the fan-out publishes after the acknowledgement, a read
-    /// answered before the commit) is ignored, as it would bring a deleted document back.
-    /// Kept in memory until a snapshot at or after that version is applied (`forget_absent`).
-    absent_at: RefCell<HashMap<DocumentName, u64>>,
-    /// Keyed writes being written, with the requests of the same write that came meanwhile
-    /// (they take its outcome).
-    writing_keys: RefCell<HashMap<String, Vec<Settle>>>,
-    /// The answers of the last keyed batches that left the queue (see `queue`).
-    answered_keys: RefCell<std::collections::VecDeque<(String, Result<u64, ClientError>)>>,
-    /// Promises waiting on a batch's answer, by batch id.
-    waiters: RefCell<HashMap<u64, Vec<Settle>>>,
-    /// The last write ticket handed out (see `pending`).
-    tickets_issued: Cell<u64>,
-    /// Tickets of writes called but not yet queued (or failed), see `pending`.
-    landing: RefCell<BTreeSet<u64>>,
-    /// `waitForPendingWrites()` calls waiting for such writes to land.
-    barriers: RefCell<Vec<pending::Barrier>>,
-    /// Reads waiting for the writes called before them to land: (last such ticket, the
-    /// resolve of the promise they await).
-    read_barriers: RefCell<Vec<(u64, js_sys::Function)>>,
-    /// Local listeners by id.
-    listeners: RefCell<BTreeMap<u64, Listener>>,
-    /// Counts the rounds of changes raised to listeners: a listener whose first read
-    /// overlapped one reads again.
-    changes_seen: Cell<u64>,
-    /// The id of the next listener.
-    next_listener: Cell<u64>,
-    /// Relay targets that are current (a Snapshot arrived since they were listened).
-    current_targets: RefCell<BTreeSet<u32>>,
-    /// Whether the relay connection is up (`fromCache` is false only while it is).
-    online: Cell<bool>,
-    /// Whether the client is known to be offline: no relay, the network disabled, or a
-    /// connection lost or failed (until one is welcomed). Not at start with a relay: the
-    /// first connection's outcome is unknown then.
-    offline: Cell<bool>,
+    /// The write queue: pending batches, their waiters, write tickets.
+    writes: RefCell<WriteQueue>,
+    /// What the engine knows of the server's state beyond the local view (see
+    /// `ServerNotes`).
+    notes: RefCell<ServerNotes>,
+    /// The local listeners, their metadata and their undelivered snapshots.
+    listeners: RefCell<Registry>,
     /// `globalThis.__HEARTH_DEBUG__` was set at open: local view changes are logged.
     pub(crate) debug: bool,
     /// The write lock: serializes read-modify-write sequences on the local view.
     lock: AsyncLock,
     /// Serializes the handling of other contexts' change notices.
     external: AsyncLock,
-    /// Callbacks queued during an update, run by `flush` once no engine state is borrowed.
-    outbox: RefCell<Vec<(Callback, ListenEvent)>>,
-    /// What changed listeners' views since the sync layer last asked
-    /// (`take_view_changes`): the names of every local change, and whether a view was
-    /// replaced whole (a first result, a refill).
-    view_changes: RefCell<(bool, HashSet<DocumentName>)>,
-    /// The ids of queued batches that are stored (durable): only those go to the relay.
-    durable: RefCell<HashSet<u64>>,
-    /// Hooks the sync layer installs. Called when a batch became durable (the sync layer
-    /// sends what `sendable_batches` gives).
-    pub on_batch: Hook<dyn Fn()>,
-    /// Called when a listener starts (the sync layer listens to the relay).
-    pub on_listen: Hook<dyn Fn(u64, &Query)>,
-    /// Called when a listener stops (the sync layer unlistens).
-    pub on_unlisten: Hook<dyn Fn(u64)>,
-    /// Called with the documents this context changed (tabs pass their names on).
-    pub on_local_change: Hook<dyn Fn(&[DocumentName])>,
-    /// Called when this context took the relay's answer to a batch (tabs pass it on).
-    pub on_settled: Hook<dyn Fn(u64, &Result<u64, ClientError>)>,
-    /// Called after an eviction deleted documents (the sync layer drops resume points).
-    pub on_evicted: Hook<dyn Fn()>,
+    /// What the engine tells the sync session and the origin's other contexts.
+    pub events: Events,
     /// The cache budget and its bookkeeping between collections.
     pub cache: Cache,
-    /// Releases this context's shared "open" Web Lock (see `cache`).
-    open_lock: RefCell<Option<js_sys::Function>>,
+    /// Release the Web Locks this engine holds: its batch id tag's (see `next_batch_id`)
+    /// and its shared "open" lock (see `cache`); and the promise that resolves once the
+    /// latter is let go.
+    locks: RefCell<(Vec<js_sys::Function>, Option<js_sys::Promise>)>,
 }
 
 /// The `meta` key of the stored client id.
@@ -224,8 +174,6 @@ impl Engine {
                 u64::from_be_bytes(k.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
             queue.push(Batch::decode(id, &v)?);
         }
-        queue.sort_by_key(|b| b.id);
-        let seq = queue.last().map_or(0, |b| b.id);
         let catalog = IndexCatalog::from_file(&file);
         let (batch_tag, tag_lock) = match tag {
             Some((tag, release)) => (tag, Some(release)),
@@ -237,46 +185,26 @@ impl Engine {
         if indexed.as_deref() != Some(file.to_json().as_bytes()) {
             reindex(&store, &catalog).await?;
         }
+        let (open_release, open_ended) = crate::client::cache::hold_open_lock(name).unzip();
         let engine = Rc::new(Engine {
             name: name.to_owned(),
             store,
             catalog: RefCell::new(catalog),
             client_id,
             synced,
-            batch_seq: Cell::new(seq),
-            batch_tag,
-            tag_lock: RefCell::new(tag_lock),
-            durable: RefCell::new(queue.iter().map(|b: &Batch| b.id).collect()),
-            queue: RefCell::new(queue),
-            received_while_pending: RefCell::new(HashSet::new()),
-            absent_at: RefCell::new(HashMap::new()),
-            waiters: RefCell::new(HashMap::new()),
-            tickets_issued: Cell::new(0),
-            landing: RefCell::new(BTreeSet::new()),
-            barriers: RefCell::new(Vec::new()),
-            read_barriers: RefCell::new(Vec::new()),
-            writing_keys: RefCell::new(HashMap::new()),
-            answered_keys: RefCell::new(std::collections::VecDeque::new()),
-            listeners: RefCell::new(BTreeMap::new()),
-            changes_seen: Cell::new(0),
-            next_listener: Cell::new(1),
-            current_targets: RefCell::new(BTreeSet::new()),
-            online: Cell::new(false),
-            offline: Cell::new(!synced),
+            writes: RefCell::new(WriteQueue::new(queue, batch_tag)),
+            notes: RefCell::new(ServerNotes::default()),
+            listeners: RefCell::new(Registry::new(!synced)),
             debug: js_sys::Reflect::get(&js_sys::global(), &"__HEARTH_DEBUG__".into())
                 .is_ok_and(|v| v.is_truthy()),
             lock: AsyncLock::default(),
             external: AsyncLock::default(),
-            outbox: RefCell::new(Vec::new()),
-            view_changes: RefCell::new((false, HashSet::new())),
-            on_batch: RefCell::new(None),
-            on_listen: RefCell::new(None),
-            on_unlisten: RefCell::new(None),
-            on_local_change: RefCell::new(None),
-            on_evicted: RefCell::new(None),
-            on_settled: RefCell::new(None),
+            events: Events::default(),
             cache: Cache::new(cache_budget.filter(|_| synced)),
-            open_lock: RefCell::new(crate::client::cache::hold_open_lock(name)),
+            locks: RefCell::new((
+                tag_lock.into_iter().chain(open_release).collect(),
+                open_ended,
+            )),
         });
         let pruning = engine.clone();
         wasm_bindgen_futures::spawn_local(async move { pruning.prune_answers().await });
@@ -358,9 +286,7 @@ impl Engine {
             .collect(&self.name, &self.store, &self.lock, self.held_keys())
             .await?;
         if evicted > 0 {
-            if let Some(hook) = self.on_evicted.borrow().as_ref() {
-                hook();
-            }
+            self.events.emit(&EngineEvent::Evicted);
         }
         Ok(evicted)
     }
@@ -390,28 +316,24 @@ impl Engine {
         Ok(held)
     }
 
-    /// Rejects every waiting write promise (the database closed).
-    pub fn close(&self) {
+    /// Rejects every waiting write promise and lets the Web Locks go (the database closed).
+    /// Returns a promise that resolves once the "open" lock is let go.
+    pub fn close(&self) -> Option<js_sys::Promise> {
         let closed = || {
             ClientError::new(ErrorCode::Unavailable, "the database was closed before the write was acknowledged; it stays queued and is sent when the database is opened again")
         };
-        let waiting: Vec<Settle> = self
-            .waiters
-            .borrow_mut()
-            .drain()
-            .flat_map(|(_, ws)| ws)
-            .chain(self.barriers.borrow_mut().drain(..).map(|b| b.settle))
-            .collect();
+        let waiting = self.writes.borrow_mut().take_all_waiting();
         for settle in waiting {
             settle(Err(closed()));
         }
         self.listeners.borrow_mut().clear();
-        for lock in [&self.open_lock, &self.tag_lock] {
-            if let Some(release) = lock.borrow_mut().take() {
-                let _ = release.call0(&wasm_bindgen::JsValue::UNDEFINED);
-            }
+        self.events.clear();
+        let (releases, ended) = std::mem::take(&mut *self.locks.borrow_mut());
+        for release in releases {
+            let _ = release.call0(&wasm_bindgen::JsValue::UNDEFINED);
         }
         self.store.close();
+        ended
     }
 }
 

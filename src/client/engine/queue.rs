@@ -7,11 +7,11 @@ use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
-pub use super::batch::{batch_id_after, Batch};
+use super::batch::Batch;
 use super::keyed::{encode_answer, Keyed, ANSWERED_PREFIX};
 use super::server::{decode_remote, encode_remote, remote_is_unknown, REMOTE_UNKNOWN};
 use super::timestamps::previous_values;
-use super::{now_micros, Engine, Settle};
+use super::{now_micros, Engine, EngineEvent, Settle};
 use crate::client::cache::stored_bytes;
 use crate::client::error::ClientError;
 use crate::client::idb_store::{Key, Store, WriteOp};
@@ -23,10 +23,6 @@ use hearth_core::mutation::{ApplyContext, Mutation, MutationKind, UnknownBase};
 use hearth_core::path::DocumentName;
 use hearth_core::query::execute::fetch;
 use hearth_core::value::Timestamp;
-
-/// How many answered keyed batches an engine remembers (see `Engine::dequeue`): a write
-/// asked again is asked within moments of a leadership change.
-const ANSWERED_KEYS: usize = 4096;
 
 /// Whether mutation `m`'s result is the same whatever the document was: a whole `set`
 /// without transforms, or a delete (a precondition decides only whether it applies).
@@ -59,7 +55,7 @@ struct Touched {
 impl Engine {
     /// Pending batches, oldest first.
     pub fn pending_batches(&self) -> Vec<Batch> {
-        self.queue.borrow().clone()
+        self.writes.borrow().batches().to_vec()
     }
 
     /// The pending batches the relay may be sent, oldest first: those before the first one
@@ -69,31 +65,17 @@ impl Engine {
     /// made an older one's acknowledgement drop it from the local view).
     /// `skip` says which were sent already (they are not copied).
     pub fn sendable_batches(&self, skip: impl Fn(u64) -> bool) -> Vec<Batch> {
-        let durable = self.durable.borrow();
-        self.queue
-            .borrow()
-            .iter()
-            .take_while(|b| durable.contains(&b.id))
-            .filter(|b| !skip(b.id))
-            .cloned()
-            .collect()
+        self.writes.borrow().sendable(skip)
     }
 
     /// Whether a pending batch writes `name`.
     pub(super) fn has_pending(&self, name: &DocumentName) -> bool {
-        self.queue
-            .borrow()
-            .iter()
-            .any(|b| b.mutations.iter().any(|m| m.name == *name))
+        self.writes.borrow().has_pending(name)
     }
 
     /// Names of every document with a pending write (one pass over the queue).
     pub fn pending_names(&self) -> HashSet<DocumentName> {
-        self.queue
-            .borrow()
-            .iter()
-            .flat_map(|b| b.mutations.iter().map(|m| m.name.clone()))
-            .collect()
+        self.writes.borrow().pending_names()
     }
 
     /// A new batch id, increasing. Tabs and workers of one origin share the client id, and the
@@ -105,9 +87,7 @@ impl Engine {
     /// 2109, and above schema-1 ids (`ms << 10`). Transactions' commits take their ids from
     /// this sequence too. The relay refuses an id reused for a different batch.
     pub fn next_batch_id(&self) -> u64 {
-        let id = batch_id_after(self.batch_tag, self.batch_seq.get());
-        self.batch_seq.set(id);
-        id
+        self.writes.borrow_mut().next_batch_id()
     }
 
     /// Applies a batch locally: durable in IndexedDB, listeners raised, then handed to the
@@ -143,40 +123,19 @@ impl Engine {
     /// messages are dropped while it still takes the relay's answers), and the next leader
     /// must answer the write asked again from that record, not queue it a second time.
     fn dequeue(&self, batch_id: u64, answer: &Result<u64, ClientError>) -> Option<WriteOp> {
-        let key = {
-            let mut queue = self.queue.borrow_mut();
-            let key = queue
-                .iter()
-                .find(|b| b.id == batch_id)
-                .and_then(|b| b.key.clone());
-            queue.retain(|b| b.id != batch_id);
-            key
-        };
-        self.durable.borrow_mut().remove(&batch_id);
-        let key = key?;
-        let op = WriteOp::Put {
+        let key = self.writes.borrow_mut().dequeue(batch_id, Some(answer))?;
+        Some(WriteOp::Put {
             store: Store::Meta,
             key: Key::Text(format!("{ANSWERED_PREFIX}{key}")),
             value: encode_answer(answer),
-        };
-        let mut answered = self.answered_keys.borrow_mut();
-        if answered.len() >= ANSWERED_KEYS {
-            answered.pop_front();
-        }
-        answered.push_back((key, answer.clone()));
-        Some(op)
+        })
     }
 
     /// Settles `settle` with batch `id`'s answer: at once (`Ok(0)`) when it is no longer
     /// queued, which it leaves only answered (its refusal was told with the answer).
     pub fn await_batch(&self, id: u64, settle: Settle) {
-        if self.queue.borrow().iter().any(|b| b.id == id) {
-            self.waiters
-                .borrow_mut()
-                .entry(id)
-                .or_default()
-                .push(settle);
-        } else {
+        let not_queued = self.writes.borrow_mut().wait_on(id, settle);
+        if let Some(settle) = not_queued {
             settle(Ok(0));
         }
     }
@@ -193,35 +152,26 @@ impl Engine {
             None => (None, false, None),
         };
         // The same write asked while it is being written: it waits for that one's outcome.
-        if let Some(k) = &key {
-            let mut writing = self.writing_keys.borrow_mut();
-            if let Some(waiting) = writing.get_mut(k) {
-                waiting.push(settle);
-                drop(writing);
-                self.landed(ticket, None);
-                return;
-            }
-            writing.insert(k.clone(), Vec::new());
-        }
-        let (settle, key): (Settle, _) = match &key {
+        let settle: Settle = match &key {
             Some(k) => {
+                let started = self.writes.borrow_mut().start_keyed(k, settle);
+                let Some(settle) = started else {
+                    self.landed(ticket, None);
+                    return;
+                };
                 let engine = self.clone();
-                let k2 = k.clone();
-                let settle: Settle = Box::new(move |r| {
-                    let others = engine.writing_keys.borrow_mut().remove(&k2);
-                    for other in others.into_iter().flatten() {
+                let k = k.clone();
+                Box::new(move |r| {
+                    let others = engine.writes.borrow_mut().finish_keyed(&k);
+                    for other in others {
                         other(r.clone());
                     }
                     settle(r);
-                });
-                (settle, key)
+                })
             }
-            None => (settle, key),
+            None => settle,
         };
-        let queued = key.as_ref().and_then(|k| {
-            let q = self.queue.borrow();
-            q.iter().find(|b| b.key.as_ref() == Some(k)).map(|b| b.id)
-        });
+        let queued = key.as_ref().and_then(|k| self.writes.borrow().keyed(k));
         // A write asked again (after a leadership change) may have been answered: by this
         // engine, or by the one before, which stored the answer; or queued by the one before
         // after this engine read the queue (a closing page still runs a moment).
@@ -268,15 +218,8 @@ impl Engine {
             Err(e) => settle(Err(e)),
             Ok(batch) => {
                 if self.synced {
-                    self.waiters
-                        .borrow_mut()
-                        .entry(batch.id)
-                        .or_default()
-                        .push(settle);
-                    self.durable.borrow_mut().insert(batch.id);
-                    if let Some(send) = self.on_batch.borrow().as_ref() {
-                        send();
-                    }
+                    self.writes.borrow_mut().stored(batch.id, settle);
+                    self.events.emit(&EngineEvent::BatchDurable);
                 } else {
                     settle(Ok(0));
                 }
@@ -488,7 +431,7 @@ impl Engine {
             )
             .await?;
         if self.synced {
-            self.queue.borrow_mut().push(batch.clone());
+            self.writes.borrow_mut().push(batch.clone());
         }
         // The next writer may go on: IndexedDB orders its reads after this transaction.
         drop(guard);
@@ -500,7 +443,7 @@ impl Engine {
         if let Err(e) = in_flight.done().await {
             // Nothing was stored: listeners go back to what is (reads made now are ordered
             // after any later write's transaction too).
-            self.queue.borrow_mut().retain(|b| b.id != batch.id);
+            self.writes.borrow_mut().dequeue(batch.id, None);
             let mut restored = Vec::with_capacity(changed.len());
             for (name, _) in changed {
                 if let Ok(doc) = self.local_doc(&name).await {
@@ -530,12 +473,7 @@ impl Engine {
         batch_id: u64,
         version: u64,
     ) -> Result<Vec<DocumentName>, ClientError> {
-        let found = self
-            .queue
-            .borrow()
-            .iter()
-            .find(|b| b.id == batch_id)
-            .cloned();
+        let found = self.writes.borrow().get(batch_id).cloned();
         let Some(batch) = found else {
             // Another context (sharing the queue) already took this acknowledgement; the
             // stored batch goes too, should this context's queue have missed it.
@@ -567,7 +505,7 @@ impl Engine {
                 Some(b) if !remote_is_unknown(b) => Some(decode_remote(b)?),
                 _ => None,
             };
-            let received = self.received_while_pending.borrow_mut().remove(&n);
+            let received = (self.notes.borrow_mut().received_while_pending).remove(&n);
             let whole = batch
                 .mutations
                 .iter()
@@ -644,7 +582,7 @@ impl Engine {
             }
             if self.has_pending(&n) {
                 if received {
-                    self.received_while_pending.borrow_mut().insert(n);
+                    (self.notes.borrow_mut().received_while_pending).insert(n);
                 }
             } else {
                 ops.push(WriteOp::Delete {
@@ -657,26 +595,21 @@ impl Engine {
         drop(guard);
         self.local_changed(&changed).await;
         self.settle_waiters(batch_id, Ok(version));
-        if let Some(hook) = self.on_settled.borrow().as_ref() {
-            hook(batch_id, &Ok(version));
-        }
+        self.events
+            .emit(&EngineEvent::Settled(batch_id, &Ok(version)));
         Ok(stale)
     }
 
     /// The documents batch `batch_id` writes, if it is in this context's queue.
     fn queued_names(&self, batch_id: u64) -> Option<BTreeSet<DocumentName>> {
-        self.queue
-            .borrow()
-            .iter()
-            .find(|b| b.id == batch_id)
-            .map(Batch::names)
+        self.writes.borrow().get(batch_id).map(Batch::names)
     }
 
     /// Settles the promises waiting on `batch_id` (acknowledged with its commit version, or
     /// refused), whichever context took the relay's answer.
     pub fn settle_waiters(&self, batch_id: u64, result: Result<u64, ClientError>) {
-        let waiting = self.waiters.borrow_mut().remove(&batch_id);
-        for settle in waiting.into_iter().flatten() {
+        let waiting = self.writes.borrow_mut().take_waiters(batch_id);
+        for settle in waiting {
             settle(result.clone());
         }
     }
@@ -721,9 +654,8 @@ impl Engine {
         self.store.write(ops).await?;
         drop(guard);
         self.local_changed(&changed).await;
-        if let Some(hook) = self.on_settled.borrow().as_ref() {
-            hook(batch_id, &Err(error.clone()));
-        }
+        self.events
+            .emit(&EngineEvent::Settled(batch_id, &Err(error.clone())));
         self.settle_waiters(batch_id, Err(error));
         Ok(())
     }
@@ -754,36 +686,15 @@ impl Engine {
                     queue.push(b);
                 }
             }
-            queue.sort_by_key(|b| b.id);
-            let new: Vec<Batch> = {
-                let held = self.queue.borrow();
-                (queue.iter().filter(|b| held.iter().all(|h| h.id != b.id)))
-                    .cloned()
-                    .collect()
-            };
-            *self.queue.borrow_mut() = queue;
             // Another context's new batches go to the relay from here too, if this context
             // is online: that one may be offline, or closed right after writing (the relay
             // answers a batch it has already committed with that commit).
-            self.durable.borrow_mut().extend(new.iter().map(|b| b.id));
-            if !new.is_empty() {
-                if let Some(send) = self.on_batch.borrow().as_ref() {
-                    send();
-                }
+            let new = self.writes.borrow_mut().replace(queue);
+            if new {
+                self.events.emit(&EngineEvent::BatchDurable);
             }
         }
         drop(guard);
-        self.local_changed_without_broadcast(changed).await;
-    }
-
-    /// Raises listeners without passing the names on to other contexts (one of them made
-    /// the change).
-    async fn local_changed_without_broadcast(
-        self: &Rc<Self>,
-        changed: Vec<(DocumentName, Option<Document>)>,
-    ) {
-        let hook = self.on_local_change.borrow_mut().take();
-        self.local_changed(&changed).await;
-        *self.on_local_change.borrow_mut() = hook;
+        self.other_context_changed(&changed).await;
     }
 }

@@ -4,7 +4,7 @@
 //! relay's Welcome re-index the local view.
 
 use hearth_core::error::ErrorCode;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use super::{now_micros, reindex, Engine};
@@ -46,7 +46,7 @@ impl Engine {
                 .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
         };
         let mut doc = base;
-        for b in self.queue.borrow().iter() {
+        for b in self.writes.borrow().batches() {
             for m in b.mutations.iter().filter(|m| m.name == *name) {
                 // A pending mutation that no longer applies (e.g. its precondition) is left to
                 // the relay to refuse; locally the document keeps its prior state.
@@ -177,9 +177,7 @@ impl Engine {
                 }
                 self.note_server_state(&name, server.as_ref(), read_version);
                 let local = if is_pending {
-                    self.received_while_pending
-                        .borrow_mut()
-                        .insert(name.clone());
+                    (self.notes.borrow_mut().received_while_pending).insert(name.clone());
                     ops.push(WriteOp::Put {
                         store: Store::Remote,
                         key: Key::Bytes(document_key(&name)),
@@ -214,7 +212,7 @@ impl Engine {
                 return Err(e);
             }
         };
-        self.finish_changed(&changed, refill).await;
+        self.finish_changed(&changed, refill, true).await;
         if let Some(in_flight) = in_flight {
             if let Err(e) = in_flight.done().await {
                 self.restore(changed).await;
@@ -241,7 +239,7 @@ impl Engine {
 
     /// The version document `name` is known absent at by the server (0: not known).
     pub(super) fn absent_version(&self, name: &DocumentName) -> u64 {
-        self.absent_at.borrow().get(name).copied().unwrap_or(0)
+        (self.notes.borrow().absent_at.get(name).copied()).unwrap_or(0)
     }
 
     /// Notes a server state taken for `name`: an absence at `version` (0: unknown) is kept
@@ -252,7 +250,8 @@ impl Engine {
         state: Option<&Document>,
         version: u64,
     ) {
-        let mut absent = self.absent_at.borrow_mut();
+        let mut notes = self.notes.borrow_mut();
+        let absent = &mut notes.absent_at;
         match state {
             Some(_) => {
                 absent.remove(name);
@@ -268,8 +267,23 @@ impl Engine {
     /// A snapshot at `version` was applied: absences known at or before it no longer need
     /// guarding (later snapshots are newer).
     pub fn forget_absent(&self, version: u64) {
-        self.absent_at.borrow_mut().retain(|_, v| *v > version);
+        (self.notes.borrow_mut().absent_at).retain(|_, v| *v > version);
     }
+}
+
+/// What the engine knows of the server's state beyond the local view.
+#[derive(Default)]
+pub(super) struct ServerNotes {
+    /// Documents with pending writes whose server state arrived while they were pending:
+    /// when their batch is acknowledged, the order of that state and the commit is unknown
+    /// (see `Engine::acknowledge`).
+    pub(super) received_while_pending: HashSet<DocumentName>,
+    /// Documents the server state holds as absent, with the version they are known absent
+    /// at (a deletion's acknowledgement, a listen's `Delete`, a read): an older state of one
+    /// arriving later (a snapshot the fan-out publishes after the acknowledgement, a read
+    /// answered before the commit) is ignored, as it would bring a deleted document back.
+    /// Kept until a snapshot at or after that version is applied (`forget_absent`).
+    absent_at: HashMap<DocumentName, u64>,
 }
 
 /// The `remote` value of a document this client had never seen when it wrote it blindly (see

@@ -31,7 +31,7 @@ pub enum ServerTimestamps {
 impl Engine {
     /// The fields of `name` whose local value is a pending server timestamp's estimate.
     pub fn pending_timestamps(&self, name: &DocumentName) -> Vec<PendingTimestamp> {
-        pending_in(&self.queue.borrow(), name)
+        pending_in(self.writes.borrow().batches(), name)
     }
 }
 

@@ -23,7 +23,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsValue;
 use web_sys::WebSocket;
 
-use super::engine::Engine;
+use super::engine::{Engine, EngineEvent};
 use super::error::ClientError;
 use super::idb_store::Store;
 use hearth_core::path::DocumentName;
@@ -210,6 +210,8 @@ pub struct Sync {
     /// Whether the page set `globalThis.__HEARTH_DEBUG__` before opening: the sync layer then
     /// logs what it sends and applies (`console.debug`), for diagnosing a sync problem.
     debug: bool,
+    /// This session's subscription to the engine's events (see `engine::Events`).
+    subscription: Cell<u64>,
 }
 
 /// A Snapshot with the target changes it makes consistent, taken when it arrived.
@@ -289,34 +291,21 @@ impl Sync {
             limbo_checked: RefCell::new(HashMap::new()),
             debug: js_sys::Reflect::get(&js_sys::global(), &"__HEARTH_DEBUG__".into())
                 .is_ok_and(|v| v.is_truthy()),
+            subscription: Cell::new(0),
         });
-        // Hooks from the engine into the sync layer.
+        // What the engine tells the sync session.
         let w = Rc::downgrade(&sync);
-        *engine.on_batch.borrow_mut() = Some(Box::new(move || {
-            if let Some(s) = w.upgrade() {
-                if s.queue_sent.get() {
-                    s.send_sendable();
-                }
+        let subscription = engine.events.subscribe(move |event| {
+            let Some(s) = w.upgrade() else { return };
+            match event {
+                EngineEvent::BatchDurable if s.queue_sent.get() => s.send_sendable(),
+                EngineEvent::Listen(id, q) => s.listen(*id, (*q).clone()),
+                EngineEvent::Unlisten(id) => s.unlisten(*id),
+                EngineEvent::Evicted => s.forget_resume_points(),
+                _ => {}
             }
-        }));
-        let w = Rc::downgrade(&sync);
-        *engine.on_listen.borrow_mut() = Some(Box::new(move |id, q: &Query| {
-            if let Some(s) = w.upgrade() {
-                s.listen(id, q.clone());
-            }
-        }));
-        let w = Rc::downgrade(&sync);
-        *engine.on_unlisten.borrow_mut() = Some(Box::new(move |id| {
-            if let Some(s) = w.upgrade() {
-                s.unlisten(id);
-            }
-        }));
-        let w = Rc::downgrade(&sync);
-        *engine.on_evicted.borrow_mut() = Some(Box::new(move || {
-            if let Some(s) = w.upgrade() {
-                s.forget_resume_points();
-            }
-        }));
+        });
+        sync.subscription.set(subscription);
         Self::install_online_events(&sync);
         sync.connect();
         Ok(sync)
@@ -543,6 +532,9 @@ impl Sync {
     /// Stops for good (the database closed): the socket and every timer go.
     pub fn close(self: &Rc<Self>) {
         self.closed.set(true);
+        if let Some(engine) = self.engine() {
+            engine.events.unsubscribe(self.subscription.get());
+        }
         self.set_enabled(false);
         if let Some((_, id)) = self.timer.borrow_mut().take() {
             clear_timeout(id);
