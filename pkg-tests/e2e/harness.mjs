@@ -211,11 +211,11 @@ export function seedGroups(lines) {
  *  addresses (`url`, `http`), `stop()` (which also removes the directory), its process id
  *  (`pid`), `signal(name)` to send it a signal (`SIGHUP` reloads its rules), `exited`, its
  *  exit as a promise, and `stderr()`. */
-export async function startRelayProcess(extraArgs = []) {
+export async function startRelayProcess(extraArgs = [], indexes = undefined) {
   const data = mkdtempSync(join(tmpdir(), 'hearth-e2e-'));
   let relay;
   try {
-    relay = await spawnRelayAt('127.0.0.1:0', data, extraArgs);
+    relay = await spawnRelayAt('127.0.0.1:0', data, extraArgs, indexes);
   } catch (e) {
     rmSync(data, { recursive: true, force: true });
     throw e;
@@ -233,12 +233,13 @@ export async function startRelayProcess(extraArgs = []) {
 /** Starts hearth-relay at `addr` (`127.0.0.1:0`: a free port) on data directory `data`,
  *  which it leaves in place, so that a relay killed with `kill(9)` can be started again on
  *  the same directory and port (the fault tests). Gives `url`, `http`, `addr`, `pid`,
- *  `exited`, `stderr()`, `kill(signal)` and `stop()` (SIGTERM, then waits for the exit). */
-export async function spawnRelayAt(addr, data, extraArgs = []) {
+ *  `exited`, `stderr()`, `kill(signal)` and `stop()` (SIGTERM, then waits for the exit).
+ *  `indexes`: the index file it serves (the seeds' by default). */
+export async function spawnRelayAt(addr, data, extraArgs = [], indexes = join(root, 'pkg-tests/e2e/indexes.json')) {
   const bin = process.env.HEARTH_RELAY_BIN || join(root, 'target/debug/hearth-relay');
   if (!existsSync(bin)) throw new Error(`${bin} is missing: cargo build -p hearth-relay --bin hearth-relay`);
   const proc = spawn(bin, ['serve', '--addr', addr, '--data', data,
-    '--indexes', join(root, 'pkg-tests/e2e/indexes.json'), '--heartbeat-ms', '500', ...extraArgs],
+    '--indexes', indexes, '--heartbeat-ms', '500', ...extraArgs],
   { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HEARTH_LOG: process.env.HEARTH_LOG || 'warn' } });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
