@@ -40,6 +40,17 @@ impl States {
         }
     }
 
+    /// Offers the state change `c` carries (a `Remove` carries none).
+    fn offer_change(&mut self, c: DocumentChange) {
+        match c {
+            DocumentChange::Upsert(d) | DocumentChange::Leave(d) => {
+                self.offer(d.name.clone(), d.update_version, Some(d))
+            }
+            DocumentChange::Delete { name, version } => self.offer(name, version, None),
+            DocumentChange::Remove(_) => {}
+        }
+    }
+
     fn into_list(self) -> Vec<(DocumentName, Option<Document>)> {
         self.by_name
             .into_iter()
@@ -485,8 +496,17 @@ impl Sync {
         {
             let mut targets = self.targets.borrow_mut();
             for (id, buffered) in snapshot.targets {
-                // A target unlistened since is skipped; its documents stay as they are.
+                // A target unlistened since (listened to again after a failed existence check,
+                // say) has no bookkeeping left, but its documents' states are the relay's at
+                // this snapshot like any target's, and a batch may reach the local view only
+                // partly through the others: they are taken, so that no view shows part of a
+                // batch (model seed 2: a deletion of g1a, g1b, g1c shown as g1a's alone).
                 let Some(t) = targets.get_mut(&id) else {
+                    let changes = buffered.into_iter().flat_map(|(_, c)| c);
+                    for c in changes {
+                        touched.insert(c.name().clone());
+                        states.offer_change(c);
+                    }
                     continue;
                 };
                 let mut left = BTreeSet::new();
