@@ -37,6 +37,38 @@ test('two tabs: one leads, the other is a proxy; one WebSocket for both', { time
   await b.close();
 });
 
+test('a SharedWorker that opens the database first hosts the engine; the tabs follow it, with no WebSocket of their own', { timeout: 60000 }, async () => {
+  const name = 'shared-worker-host';
+  const [a, b] = await Promise.all([env.page(), env.page()]);
+  let sockets = 0;
+  for (const p of [a, b]) p.on('websocket', () => { sockets++; });
+  const worker = await a.evaluate(({ name, relay }) => new Promise((resolve) => {
+    window.worker = new SharedWorker('/pkg-tests/e2e/shared-worker.js', { type: 'module' });
+    window.worker.port.onmessage = (e) => resolve(e.data);
+    window.worker.port.postMessage({ name, relay });
+  }), { name, relay: env.relay.url });
+  assert.deepEqual(worker, { isLeader: true }, 'the worker leads');
+  const leads = [await openIn(a, name), await openIn(b, name)];
+  assert.deepEqual(leads, [false, false], 'both tabs follow the worker');
+  // b listens; a writes; a remote client writes: b hears both, through the worker.
+  await b.evaluate(() => {
+    window.seen = [];
+    window.db.collection('notes').onSnapshot((s) => { window.seen.push(s.docs.map((d) => d.id).join(',')); });
+  });
+  await a.evaluate(() => window.db.doc('notes/a').set({ from: 'a' }));
+  const q = await other.page(`${env.server.origin}/pkg-tests/e2e/page.html`);
+  await q.evaluate(async ({ name, relay }) => {
+    const db = await window.hearth.Hearth.open({ name, relay });
+    await db.doc('notes/z').set({ from: 'another client' });
+  }, { name, relay: env.relay.url });
+  await b.waitForFunction(() => window.seen.at(-1) === 'a,z', null, { timeout: 10000 });
+  assert.deepEqual(await env.serverRead(name, 'notes/a'), { from: 'a' });
+  assert.equal(sockets, 0, 'the tabs opened no WebSocket: the worker holds the connection');
+  await q.close();
+  await a.close();
+  await b.close();
+});
+
 test('a tab listening to another tab\'s increments never shows a value the relay never had (item 1)', { timeout: 60000 }, async () => {
   const name = 'increments-across-tabs';
   const [a, b] = await Promise.all([env.page(), env.page()]);
