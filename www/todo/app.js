@@ -1,0 +1,93 @@
+// Hearth's Todo List demo: one shared list of items (add, mark done, delete) listened to
+// live, written against the Firestore modular API, with a development-only sign-in.
+import { openFirestore, collection, query, orderBy, onSnapshot, addDoc, updateDoc, deleteDoc,
+  serverTimestamp } from '/pkg/firestore.js';
+
+// LOCAL DEVELOPMENT ONLY: the secret scripts/start gives the relay (HEARTH_AUTH_SECRET). A
+// real app never holds it: its tokens come from an identity provider.
+const DEV_SECRET = 'hearth-local-development-secret';
+const $ = (id) => document.getElementById(id);
+const relay = new URLSearchParams(location.search).get('relay')
+  ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
+let fromCache = true;
+
+function showError(e) {
+  const why = e?.code === 'permission-denied' ? 'Only the creator of an item may change or delete it.' : '';
+  $('error-text').textContent = `${why} (${e?.code ?? 'error'}: ${e?.message ?? e})`.trim();
+  $('error').hidden = false;
+}
+$('error-close').onclick = () => { $('error').hidden = true; };
+
+function showStatus() {
+  const [text, cls] = !navigator.onLine ? ['Offline', 'offline']
+    : fromCache ? ['Connecting…', ''] : ['Online', 'online'];
+  $('conn').textContent = text;
+  $('conn').className = `badge ${cls}`;
+}
+addEventListener('online', showStatus);
+addEventListener('offline', showStatus);
+
+// A development token: HS256 over { sub, exp in one hour }, signed here with WebCrypto.
+const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
+  .replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_');
+const utf8 = (s) => new TextEncoder().encode(s);
+async function devToken(uid) {
+  const part = (o) => b64url(utf8(JSON.stringify(o)));
+  const body = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: uid, exp: Math.floor(Date.now() / 1000) + 3600 })}`;
+  const key = await crypto.subtle.importKey('raw', utf8(DEV_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+  return `${body}.${b64url(await crypto.subtle.sign('HMAC', key, utf8(body)))}`;
+}
+const uidOf = (name) => name.trim().toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
+
+function itemRow(item, uid) {
+  const { text, done, creator } = item.data();
+  const li = document.createElement('li');
+  li.className = `item${done ? ' done' : ''}${item.metadata.hasPendingWrites ? ' pending' : ''}`;
+  li.dataset.id = item.id;
+  const box = Object.assign(document.createElement('input'), { type: 'checkbox', checked: done, title: 'Done' });
+  box.onchange = () => updateDoc(item.ref, { done: box.checked }).catch(showError);
+  const label = Object.assign(document.createElement('span'), { className: 'text', textContent: text });
+  const by = Object.assign(document.createElement('span'), { className: 'meta', textContent: creator === uid ? 'you' : creator });
+  const del = Object.assign(document.createElement('button'), { className: 'delete', textContent: '×', title: 'Delete' });
+  del.onclick = () => deleteDoc(item.ref).catch(showError);
+  li.append(box, label, by, del);
+  return li;
+}
+
+async function start(uid) {
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  $('who').textContent = uid;
+  const db = await openFirestore({ name: 'todo', relay, token: () => devToken(uid) });
+  const todos = collection(db, 'todos');
+  $('add').onsubmit = (e) => {
+    e.preventDefault();
+    addDoc(todos, { creator: uid, text: $('text').value.trim(), done: false, created: serverTimestamp() })
+      .catch(showError);
+    $('text').value = '';
+  };
+  onSnapshot(query(todos, orderBy('created')), { includeMetadataChanges: true }, (snap) => {
+    fromCache = snap.metadata.fromCache;
+    showStatus();
+    const pending = snap.docs.filter((d) => d.metadata.hasPendingWrites).length;
+    $('pending').hidden = !snap.metadata.hasPendingWrites;
+    $('pending').textContent = pending ? `${pending} not yet saved` : 'Saving…';
+    $('pending').className = 'badge saving';
+    $('list').replaceChildren(...snap.docs.map((d) => itemRow(d, uid)));
+    $('empty').hidden = snap.size > 0;
+  }, showError);
+  window.hearthReady = true;
+}
+
+$('signout').onclick = () => { localStorage.removeItem('todo-user'); location.reload(); };
+$('signin').onsubmit = (e) => {
+  e.preventDefault();
+  const uid = uidOf($('name').value);
+  if (!uid) return showError({ code: 'invalid-argument', message: 'a name needs a letter or a digit' });
+  localStorage.setItem('todo-user', uid);
+  start(uid).catch(showError);
+};
+showStatus();
+const saved = localStorage.getItem('todo-user');
+if (saved) start(saved).catch(showError);
+else $('signin').hidden = false;
