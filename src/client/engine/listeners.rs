@@ -137,11 +137,12 @@ impl Engine {
             );
         }
         // Without listeners (a bulk load) there is no metadata to compute.
-        if self.listeners.borrow().is_empty() {
-            return Vec::new();
-        }
-        let pending = self.pending();
-        let refill = self.listeners.borrow_mut().apply_changed(changed, &pending);
+        let refill = if self.listeners.borrow().is_empty() {
+            Vec::new()
+        } else {
+            let pending = self.pending();
+            self.listeners.borrow_mut().apply_changed(changed, &pending)
+        };
         self.flush();
         refill
     }
