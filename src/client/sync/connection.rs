@@ -232,7 +232,8 @@ impl Sync {
             return;
         }
         let base = self.backoff_ms.get();
-        self.backoff_ms.set((base * 2.0).min(30_000.0));
+        self.backoff_ms
+            .set((base * super::BACKOFF_GROWTH).min(30_000.0));
         let delay = base * (0.5 + js_sys::Math::random());
         let w = Rc::downgrade(self);
         let f = Closure::<dyn FnMut()>::new(move || {

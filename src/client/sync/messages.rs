@@ -386,7 +386,7 @@ impl Sync {
 
     /// The relay ended target `target_id` for a transient cause: its buffered changes are
     /// dropped, and its Listen is sent again (with its resume version) after the target's
-    /// backoff (doubling, with jitter, up to `LISTEN_BACKOFF_MAX_MS`; back to the first with
+    /// backoff (growing by half, with jitter, up to `LISTEN_BACKOFF_MAX_MS`; back to the first with
     /// a snapshot), or by the next Welcome if the connection is gone by then. Its listeners
     /// are not failed.
     fn listen_again_later(self: &Rc<Self>, target_id: u32, err: &ClientError) {
@@ -400,7 +400,7 @@ impl Sync {
             t.buffered.clear();
             t.existence = None;
             let delay = t.backoff_ms;
-            t.backoff_ms = (delay * 2.0).min(LISTEN_BACKOFF_MAX_MS);
+            t.backoff_ms = (delay * super::BACKOFF_GROWTH).min(LISTEN_BACKOFF_MAX_MS);
             delay
         };
         self.trace(|| format!("target t{target_id} listens again in about {delay} ms: {err:?}"));
@@ -432,12 +432,13 @@ impl Sync {
     /// The relay could not commit a queued batch for now: nothing of the queue is rolled
     /// back or rejected. The relay applies none of this connection's later batches either
     /// (so none commits out of order); the connection is closed, and after the write
-    /// backoff (doubling, with jitter, up to 30 s) a new one sends the queue again, in order
+    /// backoff (growing by half, with jitter, up to 30 s) a new one sends the queue again, in order
     /// and under the same batch ids, so a batch that did commit is answered, not applied
     /// twice. `waitForPendingWrites()` waits through it.
     fn retry_writes_later(self: &Rc<Self>, err: &ClientError) {
         let delay = self.write_backoff_ms.get();
-        self.write_backoff_ms.set((delay * 2.0).min(30_000.0));
+        self.write_backoff_ms
+            .set((delay * super::BACKOFF_GROWTH).min(30_000.0));
         self.trace(|| format!("writes retried in about {delay} ms: {err:?}"));
         self.backoff_ms.set(delay);
         self.drop_socket();

@@ -48,6 +48,11 @@ const COMMIT_RETRIES: u32 = 6;
 /// live and is not.
 const LISTEN_BACKOFF_MS: f64 = 250.0;
 const LISTEN_BACKOFF_MAX_MS: f64 = 10_000.0;
+/// How the reconnect, write and listen backoffs grow per failed attempt (from 250 ms, to
+/// 30 s or `LISTEN_BACKOFF_MAX_MS`): by half, as Firestore's (1.5), so that after an outage
+/// of a few seconds the next attempt comes within about 3 s of the relay's return
+/// (doubling let it wait up to 6 s).
+const BACKOFF_GROWTH: f64 = 1.5;
 /// A current target's resume version is stored with a snapshot that changed its result, and
 /// otherwise at most this often (ms), as Firestore persists a resume token: a snapshot then
 /// writes as many records as targets it changed, not one per listener. A version stored
@@ -145,12 +150,13 @@ pub struct Sync {
     /// Whether the connection is a retry with a fresh token from the callback after the
     /// relay refused one: a second refusal is final (see `refused`). A Welcome clears it.
     auth_retried: Cell<bool>,
-    /// The next reconnect delay before jitter: doubles per attempt up to 30 s, back to
+    /// The next reconnect delay before jitter: grows by half per attempt (`BACKOFF_GROWTH`)
+    /// up to 30 s, back to
     /// 250 ms whenever a fresh start is due (a Welcome, the browser's `online` event,
     /// `enableNetwork()`, a refused token).
     backoff_ms: Cell<f64>,
     /// The delay before queued writes are sent again after the relay answered one with a
-    /// transient error (`unavailable`, ...): doubles per such answer up to 30 s, back to
+    /// transient error (`unavailable`, ...): grows by half per such answer up to 30 s, back to
     /// 250 ms when a write is acknowledged. A Welcome does not reset it.
     write_backoff_ms: Cell<f64>,
     /// The relay's heartbeat interval (from Welcome): three of them in silence mean a dead
