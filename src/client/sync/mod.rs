@@ -3,9 +3,10 @@
 //! stored versions, the write queue flushed in order with idempotent batch ids, and
 //! a listen on each document a listen dropped ("limbo" documents), resolved in a snapshot.
 //!
-//! The parts: this module holds the [`Sync`] state, its start (the engine's hooks), requests
-//! and their replies, and the network switch; `connection` the socket's life (connect, the
-//! heartbeat watch, drop and reconnect, the browser's `online`/`offline` events, Hello);
+//! The parts: this module holds the [`Sync`] state, its start (its subscription to the
+//! engine's events), requests and their replies, and the network switch; `connection` the
+//! socket's life (connect, the heartbeat watch, drop and reconnect, the browser's
+//! `online`/`offline` events, Hello);
 //! `token` the token callback and the refresh before a JWT expires; `messages` the relay's
 //! messages and the listen targets they advance; `targets` the targets made and dropped;
 //! `existence` a resumed target checked against the relay's `Existence`.
@@ -110,8 +111,8 @@ struct Target {
 
 /// The connection state of one database.
 pub struct Sync {
-    /// The engine it feeds. Weak: the engine's hooks hold this value weakly too, and the
-    /// API's database owns both.
+    /// The engine it feeds. Weak: its subscription to the engine's events holds this value
+    /// weakly too, and the API's database owns both.
     engine: Weak<Engine>,
     /// The relay's WebSocket URL.
     url: String,
@@ -243,7 +244,7 @@ impl Sync {
     }
 
     /// Starts syncing `engine` with the relay at `url`: loads the stored resume versions,
-    /// installs the engine's hooks and connects.
+    /// subscribes to the engine's events and connects.
     pub async fn start(
         engine: &Rc<Engine>,
         url: String,
