@@ -702,31 +702,41 @@ export async function addDoc(reference, data) {
   return ref;
 }
 
-/** Writes applied together, atomically, by `commit()`. */
-export class WriteBatch {
-  constructor(firestore, batch) {
+/** The writes a batch or a transaction buffers: `set`, `update`, `delete` on the namespaced
+ *  object `inner`, each checked to be a reference of this Firestore; `kind` names the class
+ *  in errors. */
+class BufferedWrites {
+  constructor(firestore, inner, kind) {
     this._firestore = firestore;
-    this._batch = batch;
+    this._inner = inner;
+    this._kind = kind;
   }
 
   set(reference, data, options) {
-    const r = docRefOf(reference, 'WriteBatch.set', this._firestore);
-    this._batch.set(r._ref, toStored(r, data, options), options);
+    const r = docRefOf(reference, `${this._kind}.set`, this._firestore);
+    this._inner.set(r._ref, toStored(r, data, options), options);
     return this;
   }
 
   update(reference, ...dataOrPairs) {
-    this._batch.update(docRefOf(reference, 'WriteBatch.update', this._firestore)._ref, ...dataOrPairs);
+    this._inner.update(docRefOf(reference, `${this._kind}.update`, this._firestore)._ref, ...dataOrPairs);
     return this;
   }
 
   delete(reference) {
-    this._batch.delete(docRefOf(reference, 'WriteBatch.delete', this._firestore)._ref);
+    this._inner.delete(docRefOf(reference, `${this._kind}.delete`, this._firestore)._ref);
     return this;
+  }
+}
+
+/** Writes applied together, atomically, by `commit()`. */
+export class WriteBatch extends BufferedWrites {
+  constructor(firestore, batch) {
+    super(firestore, batch, 'WriteBatch');
   }
 
   commit() {
-    return this._batch.commit();
+    return this._inner.commit();
   }
 }
 
@@ -736,31 +746,14 @@ export function writeBatch(db) {
 }
 
 /** A transaction in progress: reads go to the relay; writes are buffered to the commit. */
-export class Transaction {
+export class Transaction extends BufferedWrites {
   constructor(firestore, transaction) {
-    this._firestore = firestore;
-    this._transaction = transaction;
+    super(firestore, transaction, 'Transaction');
   }
 
   get(reference) {
     const r = docRefOf(reference, 'Transaction.get', this._firestore);
-    return this._transaction.get(r._ref).then((s) => new DocumentSnapshot(r.firestore, s, r.converter));
-  }
-
-  set(reference, data, options) {
-    const r = docRefOf(reference, 'Transaction.set', this._firestore);
-    this._transaction.set(r._ref, toStored(r, data, options), options);
-    return this;
-  }
-
-  update(reference, ...dataOrPairs) {
-    this._transaction.update(docRefOf(reference, 'Transaction.update', this._firestore)._ref, ...dataOrPairs);
-    return this;
-  }
-
-  delete(reference) {
-    this._transaction.delete(docRefOf(reference, 'Transaction.delete', this._firestore)._ref);
-    return this;
+    return this._inner.get(r._ref).then((s) => new DocumentSnapshot(r.firestore, s, r.converter));
   }
 }
 
