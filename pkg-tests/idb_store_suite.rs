@@ -676,3 +676,64 @@ async fn schema_1_upgrades_keeping_documents() {
     db.close();
     IdbStore::delete("t-migrate").await.unwrap();
 }
+
+/// Counts the requests made on object stores (not indexes) from now on: `get`, `getAll`,
+/// `getAllKeys`, `getAllRecords`, `openCursor`. Returns a function that gives the count and
+/// puts the methods back.
+fn count_store_requests() -> js_sys::Function {
+    let install = js_sys::Function::new_no_args(
+        "const p = IDBObjectStore.prototype; const saved = {}; let n = 0;
+         for (const m of ['get', 'getAll', 'getAllKeys', 'getAllRecords', 'openCursor']) {
+           if (!p[m]) continue;
+           saved[m] = p[m];
+           p[m] = function (...a) { n += 1; return saved[m].apply(this, a); };
+         }
+         return () => { Object.assign(p, saved); return n; };",
+    );
+    install.call0(&JsValue::NULL).unwrap().unchecked_into()
+}
+
+/// The documents of a large `entries` scan come with it: reading them afterwards makes no
+/// request of `documents` (it made a range read of up to four times as many records, from the
+/// least key to the greatest, when 256 or more were asked for at once).
+#[wasm_bindgen_test]
+async fn documents_of_an_entries_scan_come_with_it() {
+    let s = fresh("t-prefetch").await;
+    let mut ops = Vec::new();
+    let mut keys = Vec::new();
+    for i in 0..2000u32 {
+        let key = format!("doc{i:05}").into_bytes();
+        // Every fourth document has an index entry in the scanned range.
+        let entry = format!("{}{i:05}", if i % 4 == 0 { "a" } else { "b" }).into_bytes();
+        if i % 4 == 0 {
+            keys.push(key.clone());
+        }
+        ops.push(doc(&key, &i.to_be_bytes(), &[&entry]));
+    }
+    s.write(ops).await.unwrap();
+    let r = s.read().await.unwrap();
+    let rows = r
+        .scan(Table::Index, &KeyRange::prefix(b"a"), false, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 500);
+    let done = count_store_requests();
+    let got = r.get_many(Table::Documents, &keys).await;
+    let requests = done.call0(&JsValue::NULL).unwrap().as_f64().unwrap();
+    let got = got.unwrap();
+    for (n, value) in got.iter().enumerate() {
+        let i = 4 * n as u32;
+        assert_eq!(value.as_deref(), Some(&i.to_be_bytes()[..]), "document {i}");
+    }
+    assert_eq!(
+        requests, 0.0,
+        "requests of `documents` for prefetched records"
+    );
+    // Asked again, they are no longer held: one range read serves them.
+    let done = count_store_requests();
+    let again = r.get_many(Table::Documents, &keys).await.unwrap();
+    assert_eq!(again, got);
+    assert!(done.call0(&JsValue::NULL).unwrap().as_f64().unwrap() >= 1.0);
+    s.close();
+    IdbStore::delete("t-prefetch").await.unwrap();
+}

@@ -156,9 +156,35 @@ impl IdbRead {
         Ok(made)
     }
 
-    /// Several gets on one transaction: every request is made before the first is awaited,
-    /// so IndexedDB serves them back to back.
+    /// Several gets on one transaction: the records an `entries` scan of this read returned
+    /// first, then the rest, every request made before the first is awaited, so IndexedDB
+    /// serves them back to back.
     pub(super) async fn get_many_raw(
+        &self,
+        store: Store,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, JsValue> {
+        let mut out: Vec<Option<Option<Vec<u8>>>> = keys
+            .iter()
+            .map(|k| {
+                self.take_prefetched(store, k)
+                    .map(|record| stored_value(store, &record))
+            })
+            .collect();
+        let missing: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        let wanted: Vec<Vec<u8>> = missing.iter().map(|&i| keys[i].clone()).collect();
+        for (i, value) in missing
+            .into_iter()
+            .zip(self.get_unread(store, &wanted).await?)
+        {
+            out[i] = Some(value);
+        }
+        Ok(out.into_iter().map(Option::flatten).collect())
+    }
+
+    /// The values of `keys`, none of them prefetched: one range scan when they are many and
+    /// dense, otherwise a get per key.
+    async fn get_unread(
         &self,
         store: Store,
         keys: &[Vec<u8>],
@@ -170,22 +196,12 @@ impl IdbRead {
         }
         let mut pending = Vec::with_capacity(keys.len());
         for k in keys {
-            if let Some(record) = self.take_prefetched(store, k) {
-                pending.push(Err(record));
-                continue;
-            }
             let key = js::bytes(k);
-            pending.push(Ok(RequestEvents::new(
-                self.request(store, |s| s.get(&key))?,
-            )));
+            pending.push(RequestEvents::new(self.request(store, |s| s.get(&key))?));
         }
         let mut out = Vec::with_capacity(keys.len());
-        for got in pending {
-            let value = match got {
-                Ok(events) => events.next().await?,
-                Err(record) => record,
-            };
-            out.push(stored_value(store, &value));
+        for events in pending {
+            out.push(stored_value(store, &events.next().await?));
         }
         Ok(out)
     }
@@ -218,10 +234,7 @@ impl IdbRead {
         let mut by_key: HashMap<Vec<u8>, JsValue> = rows.into_iter().collect();
         Ok(Some(
             keys.iter()
-                .map(|k| {
-                    let record = self.take_prefetched(store, k).or_else(|| by_key.remove(k));
-                    record.and_then(|r| stored_value(store, &r))
-                })
+                .map(|k| by_key.remove(k).and_then(|r| stored_value(store, &r)))
                 .collect(),
         ))
     }
