@@ -162,7 +162,7 @@ pub fn from_value(v: &Value) -> JsValue {
 pub fn map_to_js(m: &Map) -> JsValue {
     let o = Object::new();
     for (k, v) in m {
-        let (key, value) = (JsValue::from_str(k), from_value(v));
+        let (key, value) = (super::js::interned(k), from_value(v));
         if k == "__proto__" {
             // Assignment would call the prototype setter; define an own data property.
             let desc = Object::new();

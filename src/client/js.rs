@@ -1,9 +1,10 @@
 //! Small helpers over JavaScript values that the value classes (`types`) and the conversion
 //! of data (`convert`) share, and the sync layer's token reading: number classification and
-//! printing, plain-object tests, error texts, base64. A leaf: it names neither of those
+//! printing, plain-object tests, error texts, base64, interned names. A leaf: it names neither of those
 //! modules, so they can depend on it without depending on each other both ways.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 
 use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
@@ -13,8 +14,37 @@ use hearth_core::value::Value;
 /// `Number.MAX_SAFE_INTEGER`: 2^53 − 1.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
+/// Longest name [`interned`] keeps, in bytes.
+const INTERNED_LEN: usize = 64;
+
+/// Most names [`interned`] keeps (it starts again when full).
+const INTERNED_COUNT: usize = 2048;
+
 thread_local! {
     static OBJECT_PROTOTYPE: OnceCell<JsValue> = const { OnceCell::new() };
+    /// JS strings of names made before, by name.
+    static INTERNED: RefCell<HashMap<Box<str>, JsValue>> = RefCell::new(HashMap::new());
+}
+
+/// `name` as a JS string, made once while it is among the last few thousand short names
+/// asked for: field names come back with every document converted, and a lookup here costs
+/// less than decoding the same UTF-8 into a new JS string each time.
+pub(crate) fn interned(name: &str) -> JsValue {
+    if name.len() > INTERNED_LEN {
+        return JsValue::from_str(name);
+    }
+    INTERNED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some(js) = cache.get(name) {
+            return js.clone();
+        }
+        if cache.len() >= INTERNED_COUNT {
+            cache.clear();
+        }
+        let js = JsValue::from_str(name);
+        cache.insert(name.into(), js.clone());
+        js
+    })
 }
 
 /// A JS number as Firestore's SDK sends it: `Integer` for safe integers, else `Double`.

@@ -115,22 +115,21 @@ pub(super) const INDEX_ENTRIES: &str = "entries";
 
 /// The encoded document of a `documents` record (a schema-1 record is the bare bytes).
 pub(super) fn record_document(record: &JsValue) -> Vec<u8> {
-    record_document_array(record).map_or_else(Vec::new, |d| to_bytes(&d))
+    record_document_array(record).map_or_else(Vec::new, |d| d.to_vec())
 }
 
 /// The encoded document of a `documents` record, left in JavaScript.
-fn record_document_array(record: &JsValue) -> Option<JsValue> {
-    if record.is_instance_of::<Uint8Array>() {
-        return Some(record.clone());
+fn record_document_array(record: &JsValue) -> Option<Uint8Array> {
+    let d = Reflect::get(record, &crate::client::js::interned(RECORD_DOCUMENT)).ok()?;
+    if let Some(d) = d.dyn_ref::<Uint8Array>() {
+        return Some(d.clone());
     }
-    Reflect::get(record, &JsValue::from_str(RECORD_DOCUMENT))
-        .ok()
-        .filter(|d| d.is_instance_of::<Uint8Array>())
+    record.dyn_ref::<Uint8Array>().cloned()
 }
 
 /// When a `documents` record was last written (0 for a schema-1 record).
 pub(super) fn record_used(record: &JsValue) -> f64 {
-    Reflect::get(record, &JsValue::from_str(RECORD_USED))
+    Reflect::get(record, &crate::client::js::interned(RECORD_USED))
         .ok()
         .and_then(|t| t.as_f64())
         .unwrap_or(0.0)
@@ -140,8 +139,8 @@ pub(super) fn record_used(record: &JsValue) -> f64 {
 pub(super) fn record_size(record: &JsValue) -> u64 {
     // Measured in JavaScript: a collection walks every record, and copying each document
     // into wasm only to take its length was the walk's main cost.
-    let doc = record_document_array(record).map_or(0, |d| Uint8Array::new(&d).length() as u64);
-    let keys = Reflect::get(record, &JsValue::from_str(RECORD_KEYS))
+    let doc = record_document_array(record).map_or(0, |d| d.length() as u64);
+    let keys = Reflect::get(record, &crate::client::js::interned(RECORD_KEYS))
         .ok()
         .filter(Array::is_array)
         .map(|k| {
