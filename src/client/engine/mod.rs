@@ -117,6 +117,9 @@ const META_CLIENT_ID: &str = "client-id";
 /// The `meta` key of the last index definitions received, used when opening offline.
 const META_INDEXES: &str = "indexes";
 
+/// How long after opening the stored answers of old keyed writes are pruned.
+const PRUNE_AFTER_MS: f64 = 5_000.0;
+
 /// The local clock in microseconds: the commit time of a write until the relay's arrives.
 fn now_micros() -> i64 {
     (js_sys::Date::now() * 1000.0) as i64
@@ -206,8 +209,15 @@ impl Engine {
                 open_ended,
             )),
         });
-        let pruning = engine.clone();
-        wasm_bindgen_futures::spawn_local(async move { pruning.prune_answers().await });
+        // Old answers go later, not while the app's first reads want the database.
+        let pruning = Rc::downgrade(&engine);
+        wasm_bindgen_futures::spawn_local(async move {
+            let _ = wasm_bindgen_futures::JsFuture::from(crate::client::js::timer(PRUNE_AFTER_MS))
+                .await;
+            if let Some(engine) = pruning.upgrade() {
+                engine.prune_answers().await;
+            }
+        });
         Ok(engine)
     }
 
