@@ -88,15 +88,7 @@ async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Respons
     if path.is_empty() || path.ends_with('/') {
         file = file.join("index.html");
     }
-    let content_type = match file.extension().and_then(|e| e.to_str()) {
-        Some("html") => "text/html; charset=utf-8",
-        Some("js" | "mjs") => "text/javascript",
-        Some("wasm") => "application/wasm",
-        Some("json") => "application/json",
-        Some("css") => "text/css",
-        Some("ts") => "text/plain",
-        _ => "application/octet-stream",
-    };
+    let content_type = content_type(&file);
     match tokio::task::spawn_blocking(move || std::fs::read(&file))
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)))
@@ -110,6 +102,24 @@ async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Respons
         )
             .into_response(),
         Err(_) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+    }
+}
+
+/// The `content-type` a static file is served with, from its extension (a web app's shell:
+/// pages, modules, wasm, styles, its manifest and icons).
+fn content_type(file: &std::path::Path) -> &'static str {
+    match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js" | "mjs") => "text/javascript",
+        Some("wasm") => "application/wasm",
+        Some("json") => "application/json",
+        Some("webmanifest") => "application/manifest+json",
+        Some("css") => "text/css",
+        Some("png") => "image/png",
+        Some("svg") => "image/svg+xml",
+        Some("ico") => "image/x-icon",
+        Some("ts" | "md" | "txt") => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
     }
 }
 
@@ -295,4 +305,28 @@ async fn upgrade(
 /// Whether two secrets are equal, in time independent of where they differ.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_type;
+    use std::path::Path;
+
+    #[test]
+    fn static_files_have_their_types() {
+        for (file, want) in [
+            ("www/index.html", "text/html; charset=utf-8"),
+            ("pkg/hearth.js", "text/javascript"),
+            ("pkg/hearth_bg.wasm", "application/wasm"),
+            ("worker/manifest.webmanifest", "application/manifest+json"),
+            ("worker/icons/icon-192.png", "image/png"),
+            ("www/logo.svg", "image/svg+xml"),
+            ("www/style.css", "text/css"),
+            ("pkg/hearth.d.ts", "text/plain; charset=utf-8"),
+            ("data.bin", "application/octet-stream"),
+            ("Makefile", "application/octet-stream"),
+        ] {
+            assert_eq!(content_type(Path::new(file)), want, "{file}");
+        }
+    }
 }
