@@ -677,25 +677,37 @@ async fn schema_1_upgrades_keeping_documents() {
     IdbStore::delete("t-migrate").await.unwrap();
 }
 
-/// Counts the requests made on object stores (not indexes) from now on: `get`, `getAll`,
-/// `getAllKeys`, `getAllRecords`, `openCursor`. Returns a function that gives the count and
-/// puts the methods back.
+/// Counts the requests made on object stores (not indexes) from now on, by method: `get`,
+/// `getAll`, `getAllKeys`, `getAllRecords`, `openCursor`. Returns a function that puts the
+/// methods back and gives the counts (an object; a method never called is absent).
 fn count_store_requests() -> js_sys::Function {
     let install = js_sys::Function::new_no_args(
-        "const p = IDBObjectStore.prototype; const saved = {}; let n = 0;
+        "const p = IDBObjectStore.prototype; const saved = {}; const n = {};
          for (const m of ['get', 'getAll', 'getAllKeys', 'getAllRecords', 'openCursor']) {
            if (!p[m]) continue;
            saved[m] = p[m];
-           p[m] = function (...a) { n += 1; return saved[m].apply(this, a); };
+           p[m] = function (...a) { n[m] = (n[m] || 0) + 1; return saved[m].apply(this, a); };
          }
          return () => { Object.assign(p, saved); return n; };",
     );
     install.call0(&JsValue::NULL).unwrap().unchecked_into()
 }
 
+/// Ends a count begun by [`count_store_requests`]: (gets, range reads).
+fn counted(done: js_sys::Function) -> (f64, f64) {
+    let n = done.call0(&JsValue::NULL).unwrap();
+    let of = |m: &str| Reflect::get(&n, &m.into()).unwrap().as_f64().unwrap_or(0.0);
+    (
+        of("get"),
+        of("getAll") + of("getAllKeys") + of("getAllRecords") + of("openCursor"),
+    )
+}
+
 /// The documents of a large `entries` scan come with it: reading them afterwards makes no
 /// request of `documents` (it made a range read of up to four times as many records, from the
-/// least key to the greatest, when 256 or more were asked for at once).
+/// least key to the greatest, when 256 or more were asked for at once). Many keys spread thin
+/// over a large range are read one by one, without reading the range (it read four times as
+/// many records as asked before giving up).
 #[wasm_bindgen_test]
 async fn documents_of_an_entries_scan_come_with_it() {
     let s = fresh("t-prefetch").await;
@@ -719,21 +731,39 @@ async fn documents_of_an_entries_scan_come_with_it() {
     assert_eq!(rows.len(), 500);
     let done = count_store_requests();
     let got = r.get_many(Table::Documents, &keys).await;
-    let requests = done.call0(&JsValue::NULL).unwrap().as_f64().unwrap();
+    let requests = counted(done);
     let got = got.unwrap();
     for (n, value) in got.iter().enumerate() {
         let i = 4 * n as u32;
         assert_eq!(value.as_deref(), Some(&i.to_be_bytes()[..]), "document {i}");
     }
     assert_eq!(
-        requests, 0.0,
+        requests,
+        (0.0, 0.0),
         "requests of `documents` for prefetched records"
     );
-    // Asked again, they are no longer held: one range read serves them.
+    // Asked again, they are no longer held: the range holds under four records per key
+    // asked, and one range read serves them.
     let done = count_store_requests();
     let again = r.get_many(Table::Documents, &keys).await.unwrap();
     assert_eq!(again, got);
-    assert!(done.call0(&JsValue::NULL).unwrap().as_f64().unwrap() >= 1.0);
+    assert_eq!(counted(done), (0.0, 1.0), "a dense range: one range read");
+    // Every seventh document: the range holds seven records per key asked.
+    let sparse: Vec<Vec<u8>> = (0..2000u32)
+        .step_by(7)
+        .map(|i| format!("doc{i:05}").into_bytes())
+        .collect();
+    let done = count_store_requests();
+    let got = r.get_many(Table::Documents, &sparse).await.unwrap();
+    assert_eq!(
+        counted(done),
+        (sparse.len() as f64, 0.0),
+        "a sparse range: a get per key"
+    );
+    for (n, value) in got.iter().enumerate() {
+        let i = 7 * n as u32;
+        assert_eq!(value.as_deref(), Some(&i.to_be_bytes()[..]), "document {i}");
+    }
     s.close();
     IdbStore::delete("t-prefetch").await.unwrap();
 }

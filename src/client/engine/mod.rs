@@ -227,6 +227,37 @@ impl Engine {
         fetch(&read, name).await.map_err(ClientError::from)
     }
 
+    /// For each of `names`, its stored server base (`remote`, as stored) and its local view,
+    /// all read in one transaction with the requests overlapped (one round trip, not two per
+    /// document). The caller holds the engine's lock, so no write of this engine comes
+    /// between.
+    async fn stored_states(
+        &self,
+        names: &[DocumentName],
+    ) -> Result<Vec<(Option<Vec<u8>>, Option<Document>)>, ClientError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<Vec<u8>> = names.iter().map(document_key).collect();
+        let read = self.store.read().await?;
+        let remotes = read.get_many_remote(&keys).await?;
+        let locals =
+            hearth_core::kv::KvRead::get_many(&read, hearth_core::kv::Table::Documents, &keys)
+                .await
+                .map_err(|e| ClientError::new(ErrorCode::Unavailable, e.to_string()))?;
+        remotes
+            .into_iter()
+            .zip(locals)
+            .map(|(remote, local)| {
+                let local = local
+                    .map(|b| decode_document(&b))
+                    .transpose()
+                    .map_err(|e| ClientError::new(ErrorCode::DataLoss, e.to_string()))?;
+                Ok((remote, local))
+            })
+            .collect()
+    }
+
     /// The write op that makes `new` the local view of `name` (its record carries its index
     /// keys; IndexedDB replaces the old record's).
     fn doc_op(&self, name: &DocumentName, new: Option<&Document>) -> Result<WriteOp, ClientError> {

@@ -21,7 +21,6 @@ use hearth_core::index::keys::document_key;
 use hearth_core::kv::Table;
 use hearth_core::mutation::{ApplyContext, Mutation, MutationKind, UnknownBase};
 use hearth_core::path::DocumentName;
-use hearth_core::query::execute::fetch;
 use hearth_core::value::Timestamp;
 
 /// Whether mutation `m`'s result is the same whatever the document was: a whole `set`
@@ -495,12 +494,10 @@ impl Engine {
         ops.extend(record);
         let mut changed = Vec::new();
         let mut stale = Vec::new();
-        for n in batch.names() {
+        let names: Vec<DocumentName> = batch.names().into_iter().collect();
+        let states = self.stored_states(&names).await?;
+        for (n, (remote, local)) in names.into_iter().zip(states) {
             let key = document_key(&n);
-            let read = self.store.read().await?;
-            let remote = read.get_remote(&key).await?;
-            let local = fetch(&read, &n).await?;
-            drop(read);
             let base = match &remote {
                 Some(b) if !remote_is_unknown(b) => Some(decode_remote(b)?),
                 _ => None,
@@ -633,14 +630,14 @@ impl Engine {
         }];
         ops.extend(record);
         let mut changed = Vec::new();
-        for n in names {
+        let names: Vec<DocumentName> = names.into_iter().collect();
+        let states = self.stored_states(&names).await?;
+        for (n, (remote, local)) in names.into_iter().zip(states) {
             let key = document_key(&n);
-            let read = self.store.read().await?;
-            let base = match read.get_remote(&key).await? {
+            let base = match remote {
                 Some(b) => decode_remote(&b)?,
-                None => fetch(&read, &n).await?,
+                None => local,
             };
-            drop(read);
             let rebuilt = self.rebuild(&n, base)?;
             ops.push(self.doc_op(&n, rebuilt.as_ref())?);
             if !self.has_pending(&n) {

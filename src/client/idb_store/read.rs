@@ -80,7 +80,7 @@ impl Source {
 /// From how many keys `get_many_raw` tries one range scan instead of a get per key.
 const DENSE_FROM: usize = 256;
 
-/// Most records per key asked that such a scan may read before it gives up.
+/// Most records per key asked that the range of such a scan may hold.
 const DENSE_SPREAD: usize = 4;
 
 /// large range scans entries without fetching their documents).
@@ -224,13 +224,21 @@ impl IdbRead {
             start: least.clone(),
             end: Some(end),
         };
+        // Counted first: a range too sparse for its keys (random ids across a large
+        // collection) is then not read at all.
         let cap = keys.len().saturating_mul(DENSE_SPREAD);
+        let query = idb_range(&range)?;
+        let counted = RequestEvents::new(self.request(store, |s| s.count_with_key(&query))?)
+            .next()
+            .await?
+            .as_f64()
+            .unwrap_or(f64::INFINITY);
+        if counted >= cap as f64 {
+            return Ok(None);
+        }
         let rows = self
             .scan_source(Source::Store(store), &range, false, cap)
             .await?;
-        if rows.len() >= cap {
-            return Ok(None);
-        }
         let mut by_key: HashMap<Vec<u8>, JsValue> = rows.into_iter().collect();
         Ok(Some(
             keys.iter()
