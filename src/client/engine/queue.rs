@@ -496,18 +496,20 @@ impl Engine {
         let mut stale = Vec::new();
         let names: Vec<DocumentName> = batch.names().into_iter().collect();
         let states = self.stored_states(&names).await?;
+        // Each document's mutations, in batch order (found once, not per document).
+        let mut by_name: HashMap<&DocumentName, Vec<&Mutation>> = HashMap::new();
+        for m in &batch.mutations {
+            by_name.entry(&m.name).or_default().push(m);
+        }
         for (n, (remote, local)) in names.into_iter().zip(states) {
             let key = document_key(&n);
+            let mutations = by_name.remove(&n).unwrap_or_default();
             let base = match &remote {
                 Some(b) if !remote_is_unknown(b) => Some(decode_remote(b)?),
                 _ => None,
             };
             let received = (self.notes.borrow_mut().received_while_pending).remove(&n);
-            let whole = batch
-                .mutations
-                .iter()
-                .filter(|m| m.name == n)
-                .all(writes_whole_document);
+            let whole = mutations.iter().all(|m| writes_whole_document(m));
             match base {
                 // The relay's state after the commit has arrived already (a listen, a read):
                 // it includes the batch.
@@ -537,7 +539,7 @@ impl Engine {
                         Some(b) if !remote_is_unknown(b) => Some(base.flatten()),
                         _ => None,
                     };
-                    for m in batch.mutations.iter().filter(|m| m.name == n) {
+                    for m in &mutations {
                         estimate = match estimate {
                             // A mutation the relay applied cannot fail over the right base;
                             // over an older one it may: the state stays, to be read back.
@@ -588,7 +590,9 @@ impl Engine {
                 });
             }
         }
-        self.store.write(ops).await?;
+        // Relaxed: should a crash lose this write, the batch is still queued and is sent
+        // again, and the relay answers it with this commit (its idempotency record).
+        self.store.write_relaxed(ops).await?;
         drop(guard);
         self.local_changed(&changed).await;
         self.settle_waiters(batch_id, Ok(version));

@@ -354,7 +354,9 @@ impl IdbStore {
     }
 
     /// Like [`IdbStore::write`], with `relaxed` durability: for what the relay can send
-    /// again (its documents, a target's resume version), never for the write queue. The
+    /// again (its documents, a target's resume version, an acknowledgement: a batch whose
+    /// removal is lost is sent again and answered with its first commit), never for what
+    /// only the write queue holds (a queued batch, a refusal's rollback). The
     /// transaction completes once IndexedDB has it, without waiting for the disk; a crash
     /// can lose the last such writes, in order (a resume version is written after the
     /// documents it covers, so it is never kept without them), and the relay resends them.
