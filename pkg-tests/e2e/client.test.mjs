@@ -229,12 +229,14 @@ test('two tabs of one origin share one IndexedDB database and see each other\'s 
   await b.close();
 });
 
-test('the engine runs in a service worker and answers from the local database', { timeout: 60000 }, async () => {
+test('the engine runs in the service worker of the offline app (worker/) and answers from the local database', { timeout: 60000 }, async () => {
   const p = await page();
-  await open(p, 'demo', { relay: undefined });
-  await p.evaluate(() => window.db.collection('items').doc('sw1').set({ text: 'cached for the worker', createdAt: 1 }));
-  await p.goto(`${env.server.origin}/worker/index.html`);
-  await p.waitForFunction(() => document.getElementById('out').textContent.includes('cached for the worker'), null, { timeout: 30000 });
+  await open(p, 'shopping', { relay: undefined });
+  await p.evaluate(() => window.db.collection('shopping').doc('sw1').set({ text: 'cached for the worker', bought: false, createdAt: 1 }));
+  await p.evaluate(() => window.db.close());
+  await p.goto(`${env.server.origin}/worker/`);
+  await p.waitForSelector('#engine[data-where=worker]', { timeout: 30000 });
+  await p.waitForFunction(() => document.getElementById('list').textContent.includes('cached for the worker'), null, { timeout: 30000 });
   await p.close();
 });
 
@@ -291,7 +293,7 @@ test('the engine runs in a dedicated worker: it writes, listens and syncs with a
 
 test('the demo app adds an item and shows it at once', { timeout: 60000 }, async () => {
   const p = await env.browser.context.newPage();
-  await p.goto(`${env.server.origin}/www/index.html`);
+  await p.goto(`${env.server.origin}/www/list/index.html`);
   await p.waitForFunction(() => document.getElementById('status').textContent.includes('items'), null, { timeout: 30000 });
   await p.fill('#text', 'buy bread');
   await p.click('form button');

@@ -148,9 +148,9 @@ test('the todo demo: live between two users, the rules shown in the page, offlin
   await Promise.all([a.close(), b.close(), phone.close()]);
 });
 
-test('the shared list demo (www/) still works for a client without a token under the demos\' rules', { timeout: 30000 }, async () => {
+test('the shared list demo (www/list/) still works for a client without a token under the demos\' rules', { timeout: 30000 }, async () => {
   const p = await env.alice.context.newPage();
-  await p.goto(`${env.relay.http}/www/`);
+  await p.goto(`${env.relay.http}/www/list/`);
   await p.waitForFunction(() => /in sync with the relay/.test(document.getElementById('status').textContent));
   await p.fill('#text', 'anonymous item');
   await p.click('#add button');
