@@ -1,5 +1,5 @@
 // End-to-end test of the distributed counter demo (www/counter/): the page served from a
-// real relay with rules/counter.rules, two Chromium profiles pressing at once. With
+// real relay with rules/demos.rules, two Chromium profiles pressing at once. With
 // HEARTH_SCREENSHOTS=1 it also writes docs/screenshots/counter-desktop.png and counter-phone.png.
 // Run: node --test pkg-tests/e2e/demo_counter.test.mjs
 import { test, before, after } from 'node:test';
@@ -14,7 +14,7 @@ const env = {};
 before(async () => {
   env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
   for (const dir of ['www', 'pkg']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/counter.rules'), '--static-dir', env.site]);
+  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'), '--static-dir', env.site]);
   env.alice = await startBrowser();
   env.bob = await startBrowser();
 });

@@ -1,7 +1,7 @@
 // End-to-end test of the Restaurants demo (www/restaurants/): the site scripts/start serves
-// (www/, pkg/, worker/) from a real relay with rules/restaurants.rules, its composite
-// indexes (rules/restaurants.indexes.json) and the development auth secret, driven from the
-// outside by two Chromium profiles signed in as two users. With HEARTH_SCREENSHOTS=1 it also
+// (www/, pkg/, worker/) from a real relay with rules/demos.rules (its restaurants block is
+// rules/restaurants.rules), the demos' index file (www/demos.indexes.json) and the development
+// auth secret, driven from the outside by two Chromium profiles signed in as two users. With HEARTH_SCREENSHOTS=1 it also
 // writes docs/screenshots/restaurants-desktop.png and restaurants-phone.png.
 // Run: node --test pkg-tests/e2e/demo_restaurants.test.mjs
 import { test, before, after } from 'node:test';
@@ -41,8 +41,8 @@ function expected({ category = '', city = '', price = '', sort = 'rating' }) {
 before(async () => {
   env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
   for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/restaurants.rules'),
-    '--auth-secret', SECRET, '--static-dir', env.site], join(root, 'rules/restaurants.indexes.json'));
+  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'),
+    '--auth-secret', SECRET, '--static-dir', env.site], join(root, 'www/demos.indexes.json'));
   env.alice = await startBrowser();
   env.bob = await startBrowser();
 });

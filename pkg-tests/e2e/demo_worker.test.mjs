@@ -1,5 +1,5 @@
 // End-to-end test of the service-worker offline app (worker/, the Shopping list): the site
-// scripts/start serves (www/, pkg/, worker/) from a real relay with rules/worker.rules, one
+// scripts/start serves (www/, pkg/, worker/) from a real relay with rules/demos.rules, one
 // Chromium profile with several tabs and a second profile as another client. The app must
 // install its service worker, cache its shell, host the origin's Hearth engine there (one
 // WebSocket for every tab, counted by the relay's /metrics), load, read, write and stay live
@@ -22,7 +22,7 @@ let pageSockets = 0;
 before(async () => {
   env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
   for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/worker.rules'), '--static-dir', env.site]);
+  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'), '--static-dir', env.site]);
   env.a = await startBrowser();
   env.b = await startBrowser();
 });

@@ -172,7 +172,7 @@ function watch(view) {
 }
 
 async function start() {
-  const indexes = await (await fetch('./firestore.indexes.json')).text();
+  const indexes = await (await fetch('../demos.indexes.json')).text();
   db = await openFirestore({ name: 'instruments', relay, indexes });
   document.querySelectorAll('.view').forEach(watch);
   $('writer').disabled = false;
