@@ -322,10 +322,10 @@ test('the restaurants demo: seeding offline, filters and sorts, live ratings in 
   await Promise.all([a.close(), b.close(), phone.close()]);
 });
 
-// Hearth bugs this demo ran into (reported), as `todo` tests that pass once they are fixed:
-// www/restaurants/app.js works around the first, rules/restaurants.rules the second; the
+// Hearth bugs this demo ran into: the first and third are fixed (each test failed before);
+// the second is a `todo` test until it is, and rules/restaurants.rules works around it. The
 // third hid a mistake in app.js while it was written.
-test('Hearth bug: a listener stopped before its first snapshot still gets it', { todo: 'engine bug, reported', timeout: 30000 }, async () => {
+test('a listener stopped before its first snapshot gets nothing (it got that snapshot)', { timeout: 30000 }, async () => {
   const server = await startServer();
   const p = await env.alice.context.newPage();
   try {
@@ -382,7 +382,7 @@ service cloud.firestore {
   }
 });
 
-test('Hearth bug: an exception thrown by an onSnapshot callback vanishes without a trace', { todo: 'engine bug, reported', timeout: 30000 }, async () => {
+test('an exception thrown by an onSnapshot callback reaches the page as an uncaught error (it vanished)', { timeout: 30000 }, async () => {
   const server = await startServer();
   const p = await env.alice.context.newPage();
   const logged = [];

@@ -99,9 +99,6 @@ function ratingRow(li, r) {
 }
 
 let db, uid, selected = null, stopList = () => {}, stopDetail = () => {};
-// Hearth bug (reported): a listener stopped before its first snapshot still gets that
-// snapshot. Each listener checks that it is still the current one.
-let listGen = 0, detailGen = 0;
 
 function listen() {
   stopList();
@@ -113,9 +110,7 @@ function listen() {
   if (!(sort === 'price' && p)) constraints.push(orderBy(...SORTS[sort]));
   $('list').replaceChildren();
   $('list').setAttribute('aria-busy', 'true');
-  const gen = ++listGen;
   stopList = onSnapshot(query(collection(db, 'restaurants'), ...constraints, limit(50)), { includeMetadataChanges: true }, (snap) => {
-    if (gen !== listGen) return;
     fromCache = snap.metadata.fromCache;
     showStatus();
     $('pending').hidden = !snap.metadata.hasPendingWrites;
@@ -127,7 +122,6 @@ function listen() {
 
 function open(id) {
   stopDetail();
-  const gen = ++detailGen;
   selected = id || null;
   document.body.classList.toggle('detail-open', !!selected);
   for (const li of $('list').children) li.classList.toggle('selected', li.dataset.id === selected);
@@ -136,7 +130,6 @@ function open(id) {
   $('ratings').replaceChildren();
   const ref = doc(db, 'restaurants', selected);
   const stops = [onSnapshot(ref, (d) => {
-    if (gen !== detailGen) return;
     const r = d.data();
     if (!r) { $('d-name').textContent = 'No such restaurant'; return; }
     $('d-name').textContent = r.name;
@@ -146,7 +139,6 @@ function open(id) {
     $('d-count').textContent = `${r.numRatings} rating${r.numRatings === 1 ? '' : 's'}`;
   }, showError),
   onSnapshot(query(collection(ref, 'ratings'), orderBy('time', 'desc')), { includeMetadataChanges: true }, (snap) => {
-    if (gen !== detailGen) return;
     replay($('ratings'), snap, ratingRow);
     $('no-ratings').hidden = snap.size > 0;
   }, showError)];

@@ -513,6 +513,7 @@ impl Db {
         let Some(r) = self.listens.borrow_mut().remove(id) else {
             return;
         };
+        r.stop();
         match &*self.role.borrow() {
             Role::Local(l) => {
                 if let Some(e) = r.engine_id.get() {

@@ -36,6 +36,9 @@ pub(super) struct Registration {
     held: RefCell<(Option<ListenEvent>, bool)>,
     /// Its id in this context's engine, when local.
     pub engine_id: Cell<Option<u64>>,
+    /// Set when the app stopped it: nothing more reaches its callback, not even a first
+    /// snapshot already on its way.
+    stopped: Cell<bool>,
 }
 
 impl Registration {
@@ -49,7 +52,13 @@ impl Registration {
             moved: Rc::new(Cell::new(false)),
             held: RefCell::new((None, false)),
             engine_id: Cell::new(None),
+            stopped: Cell::new(false),
         }
+    }
+
+    /// The app stopped it: its callback is called no more.
+    pub fn stop(&self) {
+        self.stopped.set(true);
     }
 
     /// The callback an engine (or the leader, through a proxy) calls with its snapshots.
@@ -92,6 +101,9 @@ impl Registration {
     }
 
     fn raise(&self, mut ev: ListenEvent) {
+        if self.stopped.get() {
+            return;
+        }
         if let ListenEvent::Query { docs, changes, .. } = &mut ev {
             let before = self.shown.replace(Some(docs.clone()));
             if self.moved.replace(false) {

@@ -349,7 +349,7 @@ impl Query {
                     let docs = (ResultDocs::Live(docs, pending), has_pending_writes);
                     let snap =
                         QuerySnapshot::new(&db, query_for_snap.clone(), docs, changes, from_cache);
-                    let _ = obs.next.call1(&JsValue::NULL, &snap.into());
+                    super::reference::call_observer(&obs.next, &snap.into());
                 }
                 ListenEvent::Error(e) => report(&obs.error, &e),
                 ListenEvent::Document { .. } => {}

@@ -89,10 +89,24 @@ pub(crate) fn unsubscribe(db: &Rc<Db>, id: u64) -> Function {
 /// Reports an error to the observer, or to the console when it has no error callback.
 pub(crate) fn report(obs_error: &Option<Function>, e: &ClientError) {
     match obs_error {
-        Some(f) => {
-            let _ = f.call1(&JsValue::NULL, &e.to_js());
-        }
+        Some(f) => call_observer(f, &e.to_js()),
         None => web_sys::console::error_1(&e.to_js()),
+    }
+}
+
+/// Calls an observer's callback with `arg`. What it throws reaches the page as an uncaught
+/// error does (`reportError`: the global `error` event, and the console), not lost inside
+/// the engine that called it.
+pub(crate) fn call_observer(f: &Function, arg: &JsValue) {
+    let Err(thrown) = f.call1(&JsValue::NULL, arg) else {
+        return;
+    };
+    let global = js_sys::global();
+    let reported = js_sys::Reflect::get(&global, &"reportError".into())
+        .and_then(|r| r.dyn_into::<Function>())
+        .and_then(|r| r.call1(&global, &thrown));
+    if reported.is_err() {
+        web_sys::console::error_2(&"Uncaught error in a Hearth listener:".into(), &thrown);
     }
 }
 
@@ -279,7 +293,7 @@ impl DocumentReference {
                 } => {
                     let snap =
                         DocumentSnapshot::new(&db, name, doc, has_pending_writes, from_cache);
-                    let _ = obs.next.call1(&JsValue::NULL, &snap.into());
+                    call_observer(&obs.next, &snap.into());
                 }
                 ListenEvent::Error(e) => report(&obs.error, &e),
                 ListenEvent::Query { .. } => {}

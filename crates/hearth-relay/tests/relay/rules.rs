@@ -355,7 +355,15 @@ fn rules_test(rules: &Path, cases: &Path) -> (bool, String) {
 #[test]
 fn rules_test_command_runs_the_shipped_cases_and_fails_on_a_mismatch() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../rules");
-    for name in ["ratings", "todo", "demo", "worker", "counter", "instruments", "restaurants"] {
+    for name in [
+        "ratings",
+        "todo",
+        "demo",
+        "worker",
+        "counter",
+        "instruments",
+        "restaurants",
+    ] {
         let (ok, out) = rules_test(
             &dir.join(format!("{name}.rules")),
             &dir.join(format!("{name}.cases.json")),
@@ -365,12 +373,22 @@ fn rules_test_command_runs_the_shipped_cases_and_fails_on_a_mismatch() {
     }
     // The demos' combined file (what scripts/start serves) decides every demo's cases as the
     // demo's own file does.
-    for name in ["todo", "demo", "worker", "counter", "instruments", "restaurants"] {
+    for name in [
+        "todo",
+        "demo",
+        "worker",
+        "counter",
+        "instruments",
+        "restaurants",
+    ] {
         let (ok, out) = rules_test(
             &dir.join("demos.rules"),
             &dir.join(format!("{name}.cases.json")),
         );
-        assert!(ok && out.contains(" 0 failed"), "demos.rules, {name}:\n{out}");
+        assert!(
+            ok && out.contains(" 0 failed"),
+            "demos.rules, {name}:\n{out}"
+        );
     }
     // A case expecting the opposite of what the rules decide fails, naming the rule that
     // allowed it; a malformed case is an error, not a pass.
