@@ -322,9 +322,8 @@ test('the restaurants demo: seeding offline, filters and sorts, live ratings in 
   await Promise.all([a.close(), b.close(), phone.close()]);
 });
 
-// Hearth bugs this demo ran into: the first and third are fixed (each test failed before);
-// the second is a `todo` test until it is, and rules/restaurants.rules works around it. The
-// third hid a mistake in app.js while it was written.
+// Hearth bugs this demo ran into, each fixed (each test failed before). The third hid a
+// mistake in app.js while it was written.
 test('a listener stopped before its first snapshot gets nothing (it got that snapshot)', { timeout: 30000 }, async () => {
   const server = await startServer();
   const p = await env.alice.context.newPage();
@@ -346,7 +345,7 @@ test('a listener stopped before its first snapshot gets nothing (it got that sna
   }
 });
 
-test('Hearth bug: a stale transaction refused by rules that compare with resource.data is not retried', { todo: 'relay bug, reported', timeout: 30000 }, async () => {
+test('a stale transaction is retried, not refused, under rules that compare with resource.data (it was refused)', { timeout: 30000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'hearth-rules-'));
   writeFileSync(join(dir, 'counter.rules'), `rules_version = '2';
 service cloud.firestore {

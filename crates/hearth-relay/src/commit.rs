@@ -539,23 +539,29 @@ fn apply_in(
                 }),
             };
             // The security rules decide first: nothing about a stored document (whether
-            // it exists, its version, a conflict) is told to a caller they refuse.
-            let denied = match &req.access {
-                Some(access) => {
-                    access.decide_batch(db, (&req.mutations, &req.reads), &ctx, &|n| {
-                        read_doc(&*w, n)
-                    })?
-                }
+            // it exists, its version, a conflict) is told to a caller they refuse. A
+            // transaction's reads are decided before its writes: once the caller may read
+            // them all, a change to one since is theirs to know, and the transaction is
+            // aborted (to be retried) before rules that compare the writes with the stored
+            // documents judge writes made from a stale read.
+            let reader = |n: &DocumentName| read_doc(&*w, n);
+            let mut denied = match &req.access {
+                Some(access) => access.decide_reads(db, &req.reads, &reader)?,
                 None => None,
             };
             // Transaction reads must be unchanged.
             let mut conflict = None;
-            for (name, seen) in &req.reads {
-                let now = read_doc(&*w, name)?.map(|d| d.update_version);
-                if now != *seen {
-                    conflict = Some(name.clone());
-                    break;
+            if denied.is_none() {
+                for (name, seen) in &req.reads {
+                    let now = read_doc(&*w, name)?.map(|d| d.update_version);
+                    if now != *seen {
+                        conflict = Some(name.clone());
+                        break;
+                    }
                 }
+            }
+            if let (None, None, Some(access)) = (&denied, &conflict, &req.access) {
+                denied = access.decide_writes(db, &req.mutations, &ctx, &reader)?;
             }
             // A refusal is recorded under the batch id like a commit: a retry (the client
             // did not hear the answer) gets the same refusal instead of being applied after

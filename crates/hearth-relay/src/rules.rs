@@ -359,19 +359,14 @@ impl Access {
     }
 }
 
-/// A batch's writes and its transaction's reads, as the committer holds them.
-pub type BatchParts<'a> = (&'a [Mutation], &'a [(DocumentName, Option<u64>)]);
-
 impl Access {
-    /// The rules' decision on a batch, before anything about the stored documents is told:
-    /// `get` on each document a transaction read (at its state now), then the writes as
-    /// intended (preconditions taken to hold, `Mutation::apply_as_intended`), per document
-    /// with the batch applied, all or nothing. `Some(refusal)` when the rules refuse.
-    pub fn decide_batch(
+    /// The rules' decision on a transaction's reads: `get` on each document it read, at its
+    /// state now. `Some(refusal)` when the rules refuse one. Once they allow every one, the
+    /// caller may be told that one changed since (it could read it anyway).
+    pub fn decide_reads(
         &self,
         db: &str,
-        (mutations, reads): BatchParts<'_>,
-        ctx: &ApplyContext,
+        reads: &[(DocumentName, Option<u64>)],
         read_doc: &dyn Fn(&DocumentName) -> Result<Option<Document>, StoreError>,
     ) -> Result<Option<WriteError>, StoreError> {
         let before = |name: &DocumentName| read_doc(name).map_err(|e| e.to_string());
@@ -382,6 +377,21 @@ impl Access {
                 return Ok(Some(WriteError::new(ErrorCode::PermissionDenied, denied)));
             }
         }
+        Ok(None)
+    }
+
+    /// The rules' decision on a batch's writes, before anything else about the stored
+    /// documents is told: the writes as intended (preconditions taken to hold,
+    /// `Mutation::apply_as_intended`), per document with the batch applied, all or nothing.
+    /// `Some(refusal)` when the rules refuse.
+    pub fn decide_writes(
+        &self,
+        db: &str,
+        mutations: &[Mutation],
+        ctx: &ApplyContext,
+        read_doc: &dyn Fn(&DocumentName) -> Result<Option<Document>, StoreError>,
+    ) -> Result<Option<WriteError>, StoreError> {
+        let before = |name: &DocumentName| read_doc(name).map_err(|e| e.to_string());
         let mut overlay: Vec<(DocumentName, Option<Document>, Option<Document>)> = Vec::new();
         for m in mutations {
             let pos = overlay.iter().position(|(n, _, _)| *n == m.name);

@@ -35,6 +35,10 @@ service cloud.firestore {
     match /users/{uid} {
       allow read, write: if request.auth != null && request.auth.uid == uid;
     }
+    match /counters/{c} {
+      allow read, create: if request.auth != null;
+      allow update: if request.auth != null && request.resource.data.n == resource.data.n + 1;
+    }
   }
 }
 "#;
@@ -147,6 +151,54 @@ async fn a_refused_write_says_nothing_of_whether_the_document_exists() {
         );
         assert!(!answers[0].contains("42"), "{what}: {}", answers[0]);
     }
+}
+
+/// A transaction that read a document the caller may read, which changed since, is aborted
+/// (the client retries it) before rules that compare its writes with the stored document
+/// judge them: a counter's `n == resource.data.n + 1` refused the stale increment with
+/// `permission-denied`, which is not retried, so one of two concurrent increments was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_transaction_the_caller_may_read_is_aborted_before_the_rules_judge_it() {
+    let (_dir, relay) = start("rules-disclosure-stale").await;
+    let alice = client(&relay, "alice").await;
+    let n = |v: i64| map([("n", Value::Integer(v))]);
+    let read_at = within(alice.write(vec![Mutation::set(name("counters/c"), n(0))]))
+        .await
+        .unwrap();
+    // Another increment commits after the transaction read n = 0.
+    let field = FieldPath::parse("n").unwrap();
+    let bump = |v: i64| {
+        Mutation::update(
+            name("counters/c"),
+            vec![(field.clone(), Some(Value::Integer(v)))],
+        )
+    };
+    within(alice.write(vec![bump(1)])).await.unwrap();
+    let stale = answer(
+        &relay,
+        "alice",
+        "counters/c",
+        vec![bump(1)],
+        vec![("counters/c", Some(read_at))],
+    )
+    .await;
+    assert!(stale.starts_with("Aborted"), "{stale}");
+    // Read at its current version, the same increment is allowed.
+    let fresh = answer(&relay, "alice", "counters/c", vec![bump(2)], vec![]).await;
+    assert!(
+        !fresh.starts_with("Aborted") && !fresh.starts_with("PermissionDenied"),
+        "{fresh}"
+    );
+    // A stale read of a document the caller may not read is still only refused.
+    let hidden = answer(
+        &relay,
+        "mallory",
+        "vault/exists",
+        vec![bump(3)],
+        vec![("vault/exists", Some(1))],
+    )
+    .await;
+    assert!(hidden.starts_with("PermissionDenied"), "{hidden}");
 }
 
 /// The frames a resumed listen gets name only documents of its result, even when other
