@@ -4,17 +4,14 @@
 // Run: node --test pkg-tests/e2e/demo_counter.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startRelayProcess } from './harness.mjs';
+import { root, startBrowser, startDemos } from './harness.mjs';
 
 const env = {};
 
 before(async () => {
-  env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
-  for (const dir of ['www', 'pkg']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'), '--static-dir', env.site]);
+  env.relay = await startDemos();
   env.alice = await startBrowser();
   env.bob = await startBrowser();
 });
@@ -23,7 +20,6 @@ after(async () => {
   await env.alice?.stop();
   await env.bob?.stop();
   await env.relay?.stop();
-  if (env.site) rmSync(env.site, { recursive: true, force: true });
 });
 
 /** Opens the counter page in `browser` and waits until it knows the counter. */

@@ -5,10 +5,9 @@
 // Run: HEARTH_RELAY_BIN=... node --test pkg-tests/e2e/demo_index.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startRelayProcess } from './harness.mjs';
+import { root, startBrowser, startDemos } from './harness.mjs';
 
 /** Every demo the index page must link, in its order. */
 const DEMOS = ['/www/list/', '/www/todo/', '/www/restaurants/', '/www/instruments/', '/www/counter/',
@@ -16,15 +15,12 @@ const DEMOS = ['/www/list/', '/www/todo/', '/www/restaurants/', '/www/instrument
 
 const env = {};
 before(async () => {
-  env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
-  for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'), '--static-dir', env.site]);
+  env.relay = await startDemos();
   env.browser = await startBrowser();
 });
 after(async () => {
   await env.browser?.stop();
   await env.relay?.stop();
-  if (env.site) rmSync(env.site, { recursive: true, force: true });
 });
 
 test('the index page links every demo, and every link answers with a Hearth page', { timeout: 60000 }, async () => {

@@ -6,21 +6,17 @@
 // Run: node --test pkg-tests/e2e/demo_instruments.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startRelayProcess } from './harness.mjs';
+import { root, startBrowser, startDemos } from './harness.mjs';
 
-const INDEXES = join(root, 'www/demos.indexes.json');
 const CHOICES = { exchange: ['EXCHG1', 'EXCHG2', 'EXCHG3'], instrumentType: ['commonstock', 'etf', 'bond'],
   'price.currency': ['USD', 'JPY', 'EUR'] };
 const env = {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
-  env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
-  for (const dir of ['www', 'pkg']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'), '--static-dir', env.site], INDEXES);
+  env.relay = await startDemos();
   env.writer = await startBrowser();
   env.viewer = await startBrowser();
 });
@@ -29,7 +25,6 @@ after(async () => {
   await env.writer?.stop();
   await env.viewer?.stop();
   await env.relay?.stop();
-  if (env.site) rmSync(env.site, { recursive: true, force: true });
 });
 
 async function open(browser, name, viewport = { width: 1280, height: 900 }) {

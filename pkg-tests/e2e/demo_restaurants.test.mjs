@@ -6,13 +6,11 @@
 // Run: node --test pkg-tests/e2e/demo_restaurants.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { root, startBrowser, startRelayProcess, startServer } from './harness.mjs';
+import { root, startBrowser, startDemos, startRelayProcess, startServer } from './harness.mjs';
 
-// The page signs its own tokens with this secret; scripts/start gives the relay the same.
-const SECRET = readFileSync(join(root, 'www/restaurants/app.js'), 'utf8').match(/DEV_SECRET = '([^']+)'/)[1];
 const env = {};
 
 // What "Add sample restaurants" must create: id, name, category, city, price.
@@ -39,10 +37,7 @@ function expected({ category = '', city = '', price = '', sort = 'rating' }) {
 }
 
 before(async () => {
-  env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
-  for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'),
-    '--auth-secret', SECRET, '--static-dir', env.site], join(root, 'www/demos.indexes.json'));
+  env.relay = await startDemos();
   env.alice = await startBrowser();
   env.bob = await startBrowser();
 });
@@ -51,7 +46,6 @@ after(async () => {
   await env.alice?.stop();
   await env.bob?.stop();
   await env.relay?.stop();
-  if (env.site) rmSync(env.site, { recursive: true, force: true });
 });
 
 /** Opens the page in `browser` (at `hash`) and signs in as `name` (a reload stays signed in). */

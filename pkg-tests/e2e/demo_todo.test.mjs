@@ -5,20 +5,14 @@
 // Run: node --test pkg-tests/e2e/demo_todo.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startRelayProcess } from './harness.mjs';
+import { root, startBrowser, startDemos, DEMO_SECRET } from './harness.mjs';
 
-// The page signs its own tokens with this secret; scripts/start gives the relay the same.
-const SECRET = readFileSync(join(root, 'www/todo/app.js'), 'utf8').match(/DEV_SECRET = '([^']+)'/)[1];
 const env = {};
 
 before(async () => {
-  env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
-  for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'),
-    '--auth-secret', SECRET, '--static-dir', env.site]);
+  env.relay = await startDemos();
   env.alice = await startBrowser();
   env.bob = await startBrowser();
 });
@@ -27,7 +21,6 @@ after(async () => {
   await env.alice?.stop();
   await env.bob?.stop();
   await env.relay?.stop();
-  if (env.site) rmSync(env.site, { recursive: true, force: true });
 });
 
 /** Opens the todo page in `browser` and signs in as `name` (a reload stays signed in). */
@@ -58,7 +51,7 @@ async function add(p, text) {
 }
 
 test('the todo demo: live between two users, the rules shown in the page, offline writes, a phone viewport', { timeout: 90000 }, async () => {
-  assert.match(readFileSync(join(root, 'scripts/start'), 'utf8'), new RegExp(`HEARTH_AUTH_SECRET:-${SECRET}`),
+  assert.match(readFileSync(join(root, 'scripts/start'), 'utf8'), new RegExp(`HEARTH_AUTH_SECRET:-${DEMO_SECRET}`),
     'scripts/start gives the relay the secret the page signs with');
   const a = await signedIn(env.alice, 'Alice');
   const b = await signedIn(env.bob, 'Bob');

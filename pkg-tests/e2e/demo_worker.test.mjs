@@ -9,10 +9,9 @@
 // Run: HEARTH_RELAY_BIN=... node --test pkg-tests/e2e/demo_worker.test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startRelayProcess } from './harness.mjs';
+import { root, startBrowser, startDemos } from './harness.mjs';
 
 const env = {};
 /** WebSockets the pages of the first profile opened themselves (the service worker's are not
@@ -20,9 +19,7 @@ const env = {};
 let pageSockets = 0;
 
 before(async () => {
-  env.site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
-  for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(env.site, dir), { recursive: true });
-  env.relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'), '--static-dir', env.site]);
+  env.relay = await startDemos();
   env.a = await startBrowser();
   env.b = await startBrowser();
 });
@@ -31,7 +28,6 @@ after(async () => {
   await env.a?.stop();
   await env.b?.stop();
   await env.relay?.stop();
-  if (env.site) rmSync(env.site, { recursive: true, force: true });
 });
 
 /** The relay's WebSocket connections: { open, total } from its Prometheus metrics. */

@@ -4,7 +4,7 @@ import { before, after } from 'node:test';
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
-import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, extname, normalize } from 'node:path';
 import assert from 'node:assert/strict';
@@ -228,6 +228,22 @@ export async function startRelayProcess(extraArgs = [], indexes = undefined) {
       rmSync(data, { recursive: true, force: true });
     },
   };
+}
+
+/** The development secret the demos sign their own tokens with (`www/dev-signin.js`), which
+ *  `scripts/start` gives the relay. */
+export const DEMO_SECRET = readFileSync(join(root, 'www/dev-signin.js'), 'utf8')
+  .match(/DEV_SECRET = '([^']+)'/)[1];
+
+/** Serves what `scripts/start` serves: `www/`, `pkg/` and `worker/` (copied to a directory of
+ *  its own) from a relay with the demos' rules, their index file and the development secret.
+ *  Gives the relay (`http`, `url`, ...); its `stop()` also removes the copy. */
+export async function startDemos() {
+  const site = mkdtempSync(join(tmpdir(), 'hearth-site-'));
+  for (const dir of ['www', 'pkg', 'worker']) cpSync(join(root, dir), join(site, dir), { recursive: true });
+  const relay = await startRelayProcess(['--rules', join(root, 'rules/demos.rules'),
+    '--auth-secret', DEMO_SECRET, '--static-dir', site], join(root, 'www/demos.indexes.json'));
+  return { ...relay, async stop() { await relay.stop(); rmSync(site, { recursive: true, force: true }); } };
 }
 
 /** Starts hearth-relay at `addr` (`127.0.0.1:0`: a free port) on data directory `data`,

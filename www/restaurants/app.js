@@ -4,10 +4,8 @@
 // sample restaurants to start from, and a development-only sign-in.
 import { openFirestore, collection, doc, query, where, orderBy, limit, documentId, onSnapshot,
   getDocs, writeBatch, runTransaction, serverTimestamp } from '/pkg/firestore.js';
+import { devToken, uidOf } from '../dev-signin.js';
 
-// LOCAL DEVELOPMENT ONLY: the secret scripts/start gives the relay (HEARTH_AUTH_SECRET). A
-// real app never holds it: its tokens come from an identity provider.
-const DEV_SECRET = 'hearth-local-development-secret';
 const $ = (id) => document.getElementById(id);
 const el = (tag, className, text) => Object.assign(document.createElement(tag), { className, textContent: text ?? '' });
 const relay = new URLSearchParams(location.search).get('relay')
@@ -48,17 +46,6 @@ function showStatus() {
 addEventListener('online', showStatus);
 addEventListener('offline', showStatus);
 
-// A development token: an HS256 JWT { sub: uid, exp: in an hour }, signed here (WebCrypto).
-const bytes = (s) => new TextEncoder().encode(s);
-const base64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf)))
-  .replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-async function devToken(uid) {
-  const json = (o) => base64url(bytes(JSON.stringify(o)));
-  const signed = `${json({ alg: 'HS256', typ: 'JWT' })}.${json({ sub: uid, exp: Math.floor(Date.now() / 1000) + 3600 })}`;
-  const key = await crypto.subtle.importKey('raw', bytes(DEV_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-  return `${signed}.${base64url(await crypto.subtle.sign('HMAC', key, bytes(signed)))}`;
-}
-const uidOf = (name) => name.trim().toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
 
 const stars = (n) => '★'.repeat(Math.round(n)) + '☆'.repeat(5 - Math.round(n));
 const price = (n) => '$'.repeat(n);

@@ -2,10 +2,8 @@
 // live, written against the Firestore modular API, with a development-only sign-in.
 import { openFirestore, collection, query, orderBy, onSnapshot, addDoc, updateDoc, deleteDoc,
   serverTimestamp } from '/pkg/firestore.js';
+import { devToken, uidOf } from '../dev-signin.js';
 
-// LOCAL DEVELOPMENT ONLY: the secret scripts/start gives the relay (HEARTH_AUTH_SECRET). A
-// real app never holds it: its tokens come from an identity provider.
-const DEV_SECRET = 'hearth-local-development-secret';
 const $ = (id) => document.getElementById(id);
 const relay = new URLSearchParams(location.search).get('relay')
   ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
@@ -27,17 +25,6 @@ function showStatus() {
 addEventListener('online', showStatus);
 addEventListener('offline', showStatus);
 
-// A development token: HS256 over { sub, exp in one hour }, signed here with WebCrypto.
-const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
-  .replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_');
-const utf8 = (s) => new TextEncoder().encode(s);
-async function devToken(uid) {
-  const part = (o) => b64url(utf8(JSON.stringify(o)));
-  const body = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: uid, exp: Math.floor(Date.now() / 1000) + 3600 })}`;
-  const key = await crypto.subtle.importKey('raw', utf8(DEV_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-  return `${body}.${b64url(await crypto.subtle.sign('HMAC', key, utf8(body)))}`;
-}
-const uidOf = (name) => name.trim().toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
 
 function itemRow(item, uid) {
   const { text, done, creator } = item.data();
