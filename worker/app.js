@@ -3,26 +3,13 @@
 // Firestore modular API, as a follower served by that engine, and shows the list live.
 import { openFirestore, collection, query, orderBy, onSnapshot, addDoc, updateDoc, deleteDoc,
   writeBatch, serverTimestamp } from '/pkg/firestore.js';
+import { connectionBadge, errorBar } from '/www/demo-ui.js';
 
 const $ = (id) => document.getElementById(id);
 const relayParam = new URLSearchParams(location.search).get('relay');
 const relay = relayParam ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
-let fromCache = true;
-
-function showError(e) {
-  $('error-text').textContent = `${e?.code ?? 'error'}: ${e?.message ?? e}`;
-  $('error').hidden = false;
-}
-$('error-close').onclick = () => { $('error').hidden = true; };
-
-function showStatus() {
-  const [text, cls] = !navigator.onLine ? ['Offline', 'offline']
-    : fromCache ? ['Connecting…', ''] : ['Online', 'online'];
-  $('conn').textContent = text;
-  $('conn').className = `badge ${cls}`;
-}
-addEventListener('online', showStatus);
-addEventListener('offline', showStatus);
+const showError = errorBar();
+const showStatus = connectionBadge();
 
 /** Asks the service worker where the engine runs: its { isLeader, version }, or null. */
 function askWorker(worker, ms) {
@@ -89,8 +76,7 @@ async function start() {
     batch.commit().catch(showError);
   };
   onSnapshot(query(items, orderBy('createdAt')), { includeMetadataChanges: true }, (snap) => {
-    fromCache = snap.metadata.fromCache;
-    showStatus();
+    showStatus(snap.metadata.fromCache);
     const pending = snap.docs.filter((d) => d.metadata.hasPendingWrites).length;
     $('pending').hidden = !snap.metadata.hasPendingWrites;
     $('pending').textContent = pending ? `${pending} not yet saved` : 'Saving…';

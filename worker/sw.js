@@ -7,9 +7,10 @@
 import init, { Hearth } from '/pkg/hearth.js';
 
 // Bump to publish a new shell; a changed /pkg/hearth.js (imported above) updates the worker too.
-const VERSION = 'shopping-v1';
+const VERSION = 'shopping-v2';
 const SHELL = ['./', './app.js', './style.css', './manifest.webmanifest', './icons/icon-192.png',
-  './icons/icon-512.png', './icons/icon-maskable-512.png', '/pkg/hearth.js', '/pkg/hearth_bg.wasm', '/pkg/firestore.js']
+  './icons/icon-512.png', './icons/icon-maskable-512.png', '/www/demo-ui.js', '/pkg/hearth.js', '/pkg/hearth_bg.wasm',
+  '/pkg/firestore.js']
   .map((path) => new URL(path, self.location).href);
 const DATABASE = 'shopping';
 const relay = new URL(self.location).searchParams.get('relay')

@@ -2,32 +2,18 @@
 // real relay with rules/demos.rules, two Chromium profiles pressing at once. With
 // HEARTH_SCREENSHOTS=1 it also writes docs/screenshots/counter-desktop.png and counter-phone.png.
 // Run: node --test pkg-tests/e2e/demo_counter.test.mjs
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startDemos } from './harness.mjs';
+import { root, demoPage, useDemos } from './harness.mjs';
 
-const env = {};
+const env = useDemos('alice', 'bob');
 
-before(async () => {
-  env.relay = await startDemos();
-  env.alice = await startBrowser();
-  env.bob = await startBrowser();
-});
-
-after(async () => {
-  await env.alice?.stop();
-  await env.bob?.stop();
-  await env.relay?.stop();
-});
 
 /** Opens the counter page in `browser` and waits until it knows the counter. */
 async function open(browser, name, viewport = { width: 1280, height: 800 }) {
-  const p = await browser.context.newPage();
-  await p.setViewportSize(viewport);
-  p.on('pageerror', (e) => console.error(`${name}: page error:`, e));
-  await p.goto(`${env.relay.http}/www/counter/`);
+  const p = await demoPage(browser, env.relay, `/www/counter/`, name, viewport);
   await p.waitForSelector('#like:not([disabled])', { timeout: 30000 });
   return p;
 }

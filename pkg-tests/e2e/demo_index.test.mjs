@@ -3,25 +3,17 @@
 // link must answer 200 with a Hearth page, and it must fit a phone. With HEARTH_SCREENSHOTS=1
 // it also writes docs/screenshots/index-desktop.png and index-phone.png.
 // Run: HEARTH_RELAY_BIN=... node --test pkg-tests/e2e/demo_index.test.mjs
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startDemos } from './harness.mjs';
+import { root, useDemos } from './harness.mjs';
 
 /** Every demo the index page must link, in its order. */
 const DEMOS = ['/www/list/', '/www/todo/', '/www/restaurants/', '/www/instruments/', '/www/counter/',
   '/worker/', '/www/bench/'];
 
-const env = {};
-before(async () => {
-  env.relay = await startDemos();
-  env.browser = await startBrowser();
-});
-after(async () => {
-  await env.browser?.stop();
-  await env.relay?.stop();
-});
+const env = useDemos('browser');
 
 test('the index page links every demo, and every link answers with a Hearth page', { timeout: 60000 }, async () => {
   const p = await env.browser.context.newPage();

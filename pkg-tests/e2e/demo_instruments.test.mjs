@@ -4,34 +4,20 @@
 // HEARTH_SCREENSHOTS=1 it also writes docs/screenshots/instruments-desktop.png and
 // instruments-phone.png.
 // Run: node --test pkg-tests/e2e/demo_instruments.test.mjs
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startDemos } from './harness.mjs';
+import { root, demoPage, useDemos } from './harness.mjs';
 
 const CHOICES = { exchange: ['EXCHG1', 'EXCHG2', 'EXCHG3'], instrumentType: ['commonstock', 'etf', 'bond'],
   'price.currency': ['USD', 'JPY', 'EUR'] };
-const env = {};
+const env = useDemos('writer', 'viewer');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-before(async () => {
-  env.relay = await startDemos();
-  env.writer = await startBrowser();
-  env.viewer = await startBrowser();
-});
-
-after(async () => {
-  await env.writer?.stop();
-  await env.viewer?.stop();
-  await env.relay?.stop();
-});
 
 async function open(browser, name, viewport = { width: 1280, height: 900 }) {
-  const p = await browser.context.newPage();
-  await p.setViewportSize(viewport);
-  p.on('pageerror', (e) => console.error(`${name}: page error:`, e));
-  await p.goto(`${env.relay.http}/www/instruments/`);
+  const p = await demoPage(browser, env.relay, `/www/instruments/`, name, viewport);
   await p.waitForFunction(() => window.hearthReady === true, null, { timeout: 30000 });
   await p.waitForSelector('#conn.online');
   return p;

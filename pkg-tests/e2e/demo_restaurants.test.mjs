@@ -4,14 +4,14 @@
 // auth secret, driven from the outside by two Chromium profiles signed in as two users. With HEARTH_SCREENSHOTS=1 it also
 // writes docs/screenshots/restaurants-desktop.png and restaurants-phone.png.
 // Run: node --test pkg-tests/e2e/demo_restaurants.test.mjs
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { root, startBrowser, startDemos, startRelayProcess, startServer } from './harness.mjs';
+import { root, demoPage, useDemos, startRelayProcess, startServer } from './harness.mjs';
 
-const env = {};
+const env = useDemos('alice', 'bob');
 
 // What "Add sample restaurants" must create: id, name, category, city, price.
 const SAMPLES = [
@@ -36,24 +36,10 @@ function expected({ category = '', city = '', price = '', sort = 'rating' }) {
     .sort(([ia, a], [ib, b]) => dir * (key(a) - key(b) || (ia < ib ? -1 : 1))).map(([id]) => id);
 }
 
-before(async () => {
-  env.relay = await startDemos();
-  env.alice = await startBrowser();
-  env.bob = await startBrowser();
-});
-
-after(async () => {
-  await env.alice?.stop();
-  await env.bob?.stop();
-  await env.relay?.stop();
-});
 
 /** Opens the page in `browser` (at `hash`) and signs in as `name` (a reload stays signed in). */
 async function signedIn(browser, name, { viewport = { width: 1280, height: 800 }, hash = '' } = {}) {
-  const p = await browser.context.newPage();
-  await p.setViewportSize(viewport);
-  p.on('pageerror', (e) => console.error(`${name}: page error:`, e));
-  await p.goto(`${env.relay.http}/www/restaurants/${hash}`);
+  const p = await demoPage(browser, env.relay, `/www/restaurants/${hash}`, name, viewport);
   await p.waitForSelector('#signin:not([hidden]), #app:not([hidden])');
   if (await p.isVisible('#signin')) {
     await p.fill('#name', name);

@@ -3,32 +3,18 @@
 // two Chromium profiles signed in as two users. With HEARTH_SCREENSHOTS=1 it also writes
 // docs/screenshots/todo-desktop.png and todo-phone.png.
 // Run: node --test pkg-tests/e2e/demo_todo.test.mjs
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startDemos, DEMO_SECRET } from './harness.mjs';
+import { root, demoPage, useDemos, DEMO_SECRET } from './harness.mjs';
 
-const env = {};
+const env = useDemos('alice', 'bob');
 
-before(async () => {
-  env.relay = await startDemos();
-  env.alice = await startBrowser();
-  env.bob = await startBrowser();
-});
-
-after(async () => {
-  await env.alice?.stop();
-  await env.bob?.stop();
-  await env.relay?.stop();
-});
 
 /** Opens the todo page in `browser` and signs in as `name` (a reload stays signed in). */
 async function signedIn(browser, name, viewport = { width: 1280, height: 800 }) {
-  const p = await browser.context.newPage();
-  await p.setViewportSize(viewport);
-  p.on('pageerror', (e) => console.error(`${name}: page error:`, e));
-  await p.goto(`${env.relay.http}/www/todo/`);
+  const p = await demoPage(browser, env.relay, `/www/todo/`, name, viewport);
   await p.waitForSelector('#signin:not([hidden]), #app:not([hidden])');
   if (await p.isVisible('#signin')) {
     await p.fill('#name', name);

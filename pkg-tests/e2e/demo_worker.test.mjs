@@ -7,28 +7,17 @@
 // HEARTH_SCREENSHOTS=1 it also writes docs/screenshots/worker-desktop.png (offline, two
 // writes pending) and worker-phone.png (online).
 // Run: HEARTH_RELAY_BIN=... node --test pkg-tests/e2e/demo_worker.test.mjs
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { root, startBrowser, startDemos } from './harness.mjs';
+import { root, useDemos } from './harness.mjs';
 
-const env = {};
+const env = useDemos('a', 'b');
 /** WebSockets the pages of the first profile opened themselves (the service worker's are not
  *  pages' and are counted by the relay). */
 let pageSockets = 0;
 
-before(async () => {
-  env.relay = await startDemos();
-  env.a = await startBrowser();
-  env.b = await startBrowser();
-});
-
-after(async () => {
-  await env.a?.stop();
-  await env.b?.stop();
-  await env.relay?.stop();
-});
 
 /** The relay's WebSocket connections: { open, total } from its Prometheus metrics. */
 async function connections() {
@@ -80,11 +69,11 @@ test('the offline app: its shell cached, the engine in the service worker; offli
   await a.waitForSelector('#engine[data-where=worker]');
   await a.waitForSelector('#conn.online');
   await a.waitForFunction(() => navigator.serviceWorker.controller !== null);
-  assert.match(await a.textContent('#shell'), /cached by the service worker \(shopping-v1\)/);
-  const cached = await a.evaluate(async () => (await (await caches.open('shopping-v1')).keys()).map((r) => new URL(r.url).pathname).sort());
+  assert.match(await a.textContent('#shell'), /cached by the service worker \(shopping-v2\)/);
+  const cached = await a.evaluate(async () => (await (await caches.open('shopping-v2')).keys()).map((r) => new URL(r.url).pathname).sort());
   assert.deepEqual(cached, ['/pkg/firestore.js', '/pkg/hearth.js', '/pkg/hearth_bg.wasm', '/worker/', '/worker/app.js',
     '/worker/icons/icon-192.png', '/worker/icons/icon-512.png', '/worker/icons/icon-maskable-512.png',
-    '/worker/manifest.webmanifest', '/worker/style.css']);
+    '/worker/manifest.webmanifest', '/worker/style.css', '/www/demo-ui.js']);
 
   // Installable: Chromium reads the manifest without errors and finds nothing missing.
   const cdp = await env.a.context.newCDPSession(a);

@@ -246,6 +246,31 @@ export async function startDemos() {
   return { ...relay, async stop() { await relay.stop(); rmSync(site, { recursive: true, force: true }); } };
 }
 
+/** A demo test's environment: `startDemos()` as `env.relay` and one Chromium profile per
+ *  name in `profiles` (`env[name]`), started before the file's tests and stopped after. */
+export function useDemos(...profiles) {
+  const env = {};
+  before(async () => {
+    env.relay = await startDemos();
+    for (const name of profiles) env[name] = await startBrowser();
+  });
+  after(async () => {
+    for (const name of profiles) await env[name]?.stop();
+    await env.relay?.stop();
+  });
+  return env;
+}
+
+/** A new page of `browser` at `viewport`, its errors logged under `name`, opened at `path`
+ *  of the demos' relay `relay`. */
+export async function demoPage(browser, relay, path, name, viewport = { width: 1280, height: 800 }) {
+  const p = await browser.context.newPage();
+  await p.setViewportSize(viewport);
+  p.on('pageerror', (e) => console.error(`${name}: page error:`, e));
+  await p.goto(`${relay.http}${path}`);
+  return p;
+}
+
 /** Starts hearth-relay at `addr` (`127.0.0.1:0`: a free port) on data directory `data`,
  *  which it leaves in place, so that a relay killed with `kill(9)` can be started again on
  *  the same directory and port (the fault tests). Gives `url`, `http`, `addr`, `pid`,

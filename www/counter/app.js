@@ -3,30 +3,15 @@
 // total is the sum of the shards, listened to live. Written against the Firestore modular API.
 import { openFirestore, doc, collection, onSnapshot, updateDoc, increment, runTransaction }
   from '/pkg/firestore.js';
+import { connectionBadge, errorBar } from '../demo-ui.js';
 
 const NUM_SHARDS = 10;
 const $ = (id) => document.getElementById(id);
 const relay = new URLSearchParams(location.search).get('relay')
   ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
-let fromCache = true;
+const showError = errorBar({ 'permission-denied': 'The rules refused this: a shard only goes up by 1.' }, { uncaught: true });
+const showStatus = connectionBadge();
 let pressed = 0, saved = 0;
-
-function showError(e) {
-  const why = e?.code === 'permission-denied' ? 'The rules refused this: a shard only goes up by 1.' : '';
-  $('error-text').textContent = `${why} (${e?.code ?? 'error'}: ${e?.message ?? e})`.trim();
-  $('error').hidden = false;
-}
-$('error-close').onclick = () => { $('error').hidden = true; };
-addEventListener('unhandledrejection', (e) => { e.preventDefault(); showError(e.reason); });
-
-function showStatus() {
-  const [text, cls] = !navigator.onLine ? ['Offline', 'offline']
-    : fromCache ? ['Connecting…', ''] : ['Online', 'online'];
-  $('conn').textContent = text;
-  $('conn').className = `badge ${cls}`;
-}
-addEventListener('online', showStatus);
-addEventListener('offline', showStatus);
 
 function showMine() {
   const waiting = pressed - saved;
@@ -83,8 +68,7 @@ async function start() {
   const counter = doc(db, 'counters', 'likes');
   let numShards = 0;
   onSnapshot(counter, { includeMetadataChanges: true }, (snap) => {
-    fromCache = snap.metadata.fromCache;
-    showStatus();
+    showStatus(snap.metadata.fromCache);
     if (!snap.exists()) {
       if (!snap.metadata.fromCache) createCounter(db, counter, NUM_SHARDS).catch(showError);
       return;
@@ -92,8 +76,7 @@ async function start() {
     if (numShards) return;
     numShards = snap.data().num_shards;
     onSnapshot(collection(counter, 'shards'), { includeMetadataChanges: true }, (s) => {
-      fromCache = s.metadata.fromCache;
-      showStatus();
+      showStatus(s.metadata.fromCache);
       showShards(s, numShards);
     }, showError);
     for (const id of ['like', 'like100', 'cheat']) $(id).disabled = false;

@@ -4,6 +4,7 @@
 // acknowledged write rate, the rate of updates the views see, and end-to-end latency.
 import { openFirestore, collection, doc, query, where, orderBy, limit, onSnapshot, writeBatch,
   Timestamp } from '/pkg/firestore.js';
+import { connectionBadge, errorBar } from '../demo-ui.js';
 
 const $ = (id) => document.getElementById(id);
 const relay = new URLSearchParams(location.search).get('relay')
@@ -24,23 +25,8 @@ const CHOICES = { exchange: ['EXCHG1', 'EXCHG2', 'EXCHG3'], instrumentType: ['co
   'price.currency': ['USD', 'JPY', 'EUR'] };
 const me = Math.random().toString(36).slice(2, 8);
 
-function showError(e) {
-  const why = e?.code === 'permission-denied' ? 'The rules refused this.' : '';
-  $('error-text').textContent = `${why} (${e?.code ?? 'error'}: ${e?.message ?? e})`.trim();
-  $('error').hidden = false;
-}
-$('error-close').onclick = () => { $('error').hidden = true; };
-addEventListener('unhandledrejection', (e) => { e.preventDefault(); showError(e.reason); });
-
-let fromCache = true;
-function showStatus() {
-  const [text, cls] = !navigator.onLine ? ['Offline', 'offline']
-    : fromCache ? ['Connecting…', ''] : ['Online', 'online'];
-  $('conn').textContent = text;
-  $('conn').className = `badge ${cls}`;
-}
-addEventListener('online', showStatus);
-addEventListener('offline', showStatus);
+const showError = errorBar({ 'permission-denied': 'The rules refused this.' }, { uncaught: true });
+const showStatus = connectionBadge();
 
 // Figures over the last WINDOW_MS: [time, value] samples, pruned as they age.
 const acks = []; // [time, updates acknowledged]
@@ -151,8 +137,7 @@ function watch(view) {
     const q = query(collection(db, 'instruments'), where('shard', 'in', SHARDS), where(field, '==', select.value),
       orderBy('timestamp', 'desc'), limit(5));
     stop = onSnapshot(q, { includeMetadataChanges: true }, (snap) => {
-      fromCache = snap.metadata.fromCache;
-      showStatus();
+      showStatus(snap.metadata.fromCache);
       if (snap.metadata.hasPendingWrites) viewsPending.add(field); else viewsPending.delete(field);
       const now = Date.now();
       for (const c of snap.docChanges()) {

@@ -4,6 +4,7 @@
 // sample restaurants to start from, and a development-only sign-in.
 import { openFirestore, collection, doc, query, where, orderBy, limit, documentId, onSnapshot,
   getDocs, writeBatch, runTransaction, serverTimestamp } from '/pkg/firestore.js';
+import { connectionBadge, errorBar } from '../demo-ui.js';
 import { devToken, uidOf } from '../dev-signin.js';
 
 const $ = (id) => document.getElementById(id);
@@ -29,22 +30,8 @@ const WHY = {
   unavailable: 'Ratings need a connection to the relay: try again once online.',
   'failed-precondition': 'The relay cannot run this query.',
 };
-function showError(e) {
-  $('error-text').textContent = `${WHY[e?.code] ?? ''} (${e?.code ?? 'error'}: ${e?.message ?? e})`.trim();
-  $('error').hidden = false;
-}
-$('error-close').onclick = () => { $('error').hidden = true; };
-addEventListener('unhandledrejection', (e) => { e.preventDefault(); showError(e.reason); });
-addEventListener('error', (e) => showError(e.error ?? e.message));
-
-let fromCache = true;
-function showStatus() {
-  const [text, cls] = !navigator.onLine ? ['Offline', 'offline'] : fromCache ? ['Connecting…', ''] : ['Online', 'online'];
-  $('conn').textContent = text;
-  $('conn').className = `badge ${cls}`;
-}
-addEventListener('online', showStatus);
-addEventListener('offline', showStatus);
+const showError = errorBar(WHY, { uncaught: true });
+const showStatus = connectionBadge();
 
 
 const stars = (n) => '★'.repeat(Math.round(n)) + '☆'.repeat(5 - Math.round(n));
@@ -98,8 +85,7 @@ function listen() {
   $('list').replaceChildren();
   $('list').setAttribute('aria-busy', 'true');
   stopList = onSnapshot(query(collection(db, 'restaurants'), ...constraints, limit(50)), { includeMetadataChanges: true }, (snap) => {
-    fromCache = snap.metadata.fromCache;
-    showStatus();
+    showStatus(snap.metadata.fromCache);
     $('pending').hidden = !snap.metadata.hasPendingWrites;
     replay($('list'), snap, restaurantRow);
     $('list').removeAttribute('aria-busy');

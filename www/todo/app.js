@@ -2,28 +2,14 @@
 // live, written against the Firestore modular API, with a development-only sign-in.
 import { openFirestore, collection, query, orderBy, onSnapshot, addDoc, updateDoc, deleteDoc,
   serverTimestamp } from '/pkg/firestore.js';
+import { connectionBadge, errorBar } from '../demo-ui.js';
 import { devToken, uidOf } from '../dev-signin.js';
 
 const $ = (id) => document.getElementById(id);
 const relay = new URLSearchParams(location.search).get('relay')
   ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
-let fromCache = true;
-
-function showError(e) {
-  const why = e?.code === 'permission-denied' ? 'Only the creator of an item may change or delete it.' : '';
-  $('error-text').textContent = `${why} (${e?.code ?? 'error'}: ${e?.message ?? e})`.trim();
-  $('error').hidden = false;
-}
-$('error-close').onclick = () => { $('error').hidden = true; };
-
-function showStatus() {
-  const [text, cls] = !navigator.onLine ? ['Offline', 'offline']
-    : fromCache ? ['Connecting…', ''] : ['Online', 'online'];
-  $('conn').textContent = text;
-  $('conn').className = `badge ${cls}`;
-}
-addEventListener('online', showStatus);
-addEventListener('offline', showStatus);
+const showError = errorBar({ 'permission-denied': 'Only the creator of an item may change or delete it.' });
+const showStatus = connectionBadge();
 
 
 function itemRow(item, uid) {
@@ -54,8 +40,7 @@ async function start(uid) {
     $('text').value = '';
   };
   onSnapshot(query(todos, orderBy('created')), { includeMetadataChanges: true }, (snap) => {
-    fromCache = snap.metadata.fromCache;
-    showStatus();
+    showStatus(snap.metadata.fromCache);
     const pending = snap.docs.filter((d) => d.metadata.hasPendingWrites).length;
     $('pending').hidden = !snap.metadata.hasPendingWrites;
     $('pending').textContent = pending ? `${pending} not yet saved` : 'Saving…';
