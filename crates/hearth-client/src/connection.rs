@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::error::ClientError;
 use crate::listener::Target;
-use hearth_core::protocol::codec::decode_server;
+use hearth_core::protocol::codec::decode_server_frame;
 use hearth_core::protocol::ServerMessage;
 
 /// A request's answer, as the reader task routes it.
@@ -248,8 +248,8 @@ pub(crate) async fn read_loop(
         };
         *shared.last_seen.lock().expect("last seen lock") = Instant::now();
         match msg {
-            Some(Ok(Message::Binary(b))) => match decode_server(&b) {
-                Ok(m) => shared.route(m),
+            Some(Ok(Message::Binary(b))) => match decode_server_frame(&b) {
+                Ok(messages) => messages.into_iter().for_each(|m| shared.route(m)),
                 Err(e) => break ClientError::Protocol(format!("undecodable frame: {e}")),
             },
             Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}

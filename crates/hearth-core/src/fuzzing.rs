@@ -21,8 +21,8 @@ use crate::index::keys::{decode_document_key, document_key};
 use crate::kv::{block_on_ready, MemStore, Metered};
 use crate::path::{CollectionPath, DocumentName, FieldPath};
 use crate::protocol::codec::{
-    decode_client, decode_mutation, decode_query, decode_server, encode_client, encode_mutation,
-    encode_query, encode_server, peek_hello_version,
+    decode_client, decode_mutation, decode_query, decode_server, decode_server_frame,
+    encode_bundle, encode_client, encode_mutation, encode_query, encode_server, peek_hello_version,
 };
 use crate::protocol::{ClientMessage, ServerMessage};
 use crate::query::execute::{run_aggregation, run_query};
@@ -63,6 +63,29 @@ pub fn protocol(data: &[u8]) {
             );
         }
         assert_eq!(decode_server(&bytes).as_ref(), Ok(&m), "server round trip");
+    }
+    if let Ok(ms) = decode_server_frame(data) {
+        // A bundle re-encodes as its messages, bundled again (a Welcome inside one only
+        // re-decodes equal, as above).
+        let parts: Vec<Vec<u8>> = ms.iter().map(encode_server).collect();
+        let bytes = match data.first() {
+            Some(&0x8b) => encode_bundle(&parts),
+            _ => parts[0].clone(),
+        };
+        if !ms
+            .iter()
+            .any(|m| matches!(m, ServerMessage::Welcome { .. }))
+        {
+            assert_eq!(
+                bytes, data,
+                "an accepted relay frame re-encodes identically"
+            );
+        }
+        assert_eq!(
+            decode_server_frame(&bytes),
+            Ok(ms),
+            "relay frame round trip"
+        );
     }
     if let Ok(q) = decode_query(data) {
         let mut bytes = Vec::new();
@@ -409,9 +432,11 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     for m in messages.0 {
         out.push(("protocol", encode_client(&m)));
     }
-    for m in messages.1 {
-        out.push(("protocol", encode_server(&m)));
-    }
+    let server: Vec<Vec<u8>> = messages.1.iter().map(encode_server).collect();
+    // A bundle as the fan-out sends one: one change reaching two targets, then the Snapshot.
+    let bundled = [&server[5], &server[5], &server[7]];
+    out.push(("protocol", encode_bundle(&bundled)));
+    out.extend(server.into_iter().map(|m| ("protocol", m)));
     out
 }
 

@@ -111,7 +111,7 @@ impl Config {
             max_connections_per_subject: 256,
             max_pending_connections: 1024,
             http_deadline: Duration::from_secs(10),
-            max_listens_per_connection: 1_000,
+            max_listens_per_connection: 5_000,
             metrics_token: None,
             static_dir: None,
             databases: None,

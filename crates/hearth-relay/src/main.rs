@@ -239,7 +239,7 @@ struct ServeArgs {
     #[arg(
         long,
         env = "HEARTH_MAX_LISTENS_PER_CONNECTION",
-        default_value_t = 1_000
+        default_value_t = 5_000
     )]
     max_listens_per_connection: usize,
     /// The bearer token `/metrics` requires (`Authorization: Bearer ...`); without one,

@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::metrics::Metrics;
-use hearth_core::protocol::codec::encode_server;
+use hearth_core::protocol::codec::{encode_bundle, encode_server};
 use hearth_core::protocol::{ServerMessage, PROTOCOL_VERSION};
 
 const OP_BINARY: u8 = 0x2;
@@ -111,10 +111,27 @@ impl Entry {
     }
 }
 
+/// A fan-out round's messages held for one `Bundle` frame (protocol 3), in order.
+#[derive(Default)]
+struct Cork {
+    parts: Vec<Bytes>,
+    bytes: usize,
+}
+
+/// Most bytes of messages a bundle gathers before it goes: far under the frame limit (each
+/// message is at most half of it), and a bound on what a round holds per connection.
+const BUNDLE_BYTES: usize = 1 << 20;
+
+/// The first protocol version that takes bundles.
+const BUNDLE_PROTOCOL: u32 = 3;
+
 /// What the connection's lock guards.
 struct State {
     /// Frames the socket did not take yet, in order; the front one may be partly written.
     backlog: VecDeque<Entry>,
+    /// This round's messages not yet written: they go before anything else written to the
+    /// connection, so the order is the order in which they were sent.
+    cork: Cork,
     /// Unwritten bytes in the backlog.
     bytes: usize,
     /// Takes no more frames: the connection is closing, or the socket failed.
@@ -180,6 +197,7 @@ impl Outbound {
                 sock,
                 state: Mutex::new(State {
                     backlog: VecDeque::new(),
+                    cork: Cork::default(),
                     bytes: 0,
                     closed: false,
                 }),
@@ -220,7 +238,58 @@ impl Outbound {
             return false;
         }
         let mut st = s.state.lock().expect("outbound lock");
+        if !st.cork.parts.is_empty() && !self.uncork(&mut st, None) {
+            return false;
+        }
         self.write_locked(&mut st, entries)
+    }
+
+    /// Writes the held messages, and `last` after them, as one `Bundle` frame.
+    fn uncork(&self, st: &mut State, last: Option<Bytes>) -> bool {
+        let mut cork = std::mem::take(&mut st.cork);
+        cork.parts.extend(last);
+        let bundle = Bytes::from(encode_bundle(&cork.parts));
+        self.write_locked(st, [Entry::frame(OP_BINARY, bundle)])
+    }
+
+    /// Sends a message of a fan-out round. A client of protocol 3 or later gets the round's
+    /// messages for its connection together, in one `Bundle` with the round's `Snapshot`
+    /// ([`Outbound::end_round`]): one frame for a thousand targets, not a thousand frames.
+    /// Earlier clients get it at once. False when the connection takes no more frames.
+    pub fn send_in_round(&self, message: Bytes) -> bool {
+        if self.protocol() < BUNDLE_PROTOCOL {
+            return self.send(message);
+        }
+        let s = &*self.shared;
+        if s.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut st = s.state.lock().expect("outbound lock");
+        if st.closed {
+            return false;
+        }
+        if st.cork.bytes + message.len() > BUNDLE_BYTES
+            && !st.cork.parts.is_empty()
+            && !self.uncork(&mut st, None)
+        {
+            return false;
+        }
+        st.cork.bytes += message.len();
+        st.cork.parts.push(message);
+        true
+    }
+
+    /// Sends the round's `Snapshot`, after (and with) the messages held for it.
+    pub fn end_round(&self, snapshot: Bytes) -> bool {
+        let s = &*self.shared;
+        if s.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut st = s.state.lock().expect("outbound lock");
+        if st.cork.parts.is_empty() {
+            return self.write_locked(&mut st, [Entry::frame(OP_BINARY, snapshot)]);
+        }
+        self.uncork(&mut st, Some(snapshot))
     }
 
     /// [`Outbound::write`] with the connection's lock held.
@@ -368,6 +437,9 @@ impl Outbound {
         if st.closed {
             return;
         }
+        if !st.cork.parts.is_empty() {
+            self.uncork(&mut st, None);
+        }
         if !peer_closed {
             let body = Bytes::from_static(CLOSE_NORMAL);
             self.write_locked(&mut st, [Entry::frame(OP_CLOSE, body)]);
@@ -413,6 +485,7 @@ impl Outbound {
     pub fn abandon(&self, last: Bytes) {
         let s = &*self.shared;
         let mut st = s.state.lock().expect("outbound lock");
+        st.cork = Cork::default();
         let keep = usize::from(st.backlog.front().is_some_and(|e| e.written > 0));
         let dropped: usize = st.backlog.iter().skip(keep).map(Entry::remaining).sum();
         st.backlog.truncate(keep);
@@ -537,9 +610,24 @@ pub(crate) mod testing {
     pub(crate) struct FrameReader {
         /// Bytes read from the socket and not yet returned as a frame.
         buf: Vec<u8>,
+        /// Messages of a bundle read and not yet returned.
+        messages: std::collections::VecDeque<ServerMessage>,
     }
 
     impl FrameReader {
+        /// The next relay message, whether it came alone or in a bundle.
+        pub(crate) async fn message(&mut self, c: &mut tokio::net::TcpStream) -> ServerMessage {
+            loop {
+                if let Some(m) = self.messages.pop_front() {
+                    return m;
+                }
+                let (op, payload) = self.next(c).await;
+                assert_eq!(op, OP_BINARY, "a binary frame");
+                let decoded = hearth_core::protocol::codec::decode_server_frame(&payload);
+                self.messages.extend(decoded.expect("a relay frame"));
+            }
+        }
+
         /// The next frame: (opcode, payload).
         pub(crate) async fn next(&mut self, c: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
             loop {
@@ -685,5 +773,51 @@ mod tests {
         let got = read_frames(&mut client, 2).await;
         assert_eq!(got[0], (OP_BINARY, b"a".to_vec()));
         assert_eq!(got[1].0, OP_CLOSE);
+    }
+
+    /// A round's messages reach a client of protocol 3 as one bundle with the Snapshot; a
+    /// message written meanwhile by someone else goes after them, not before; a client of
+    /// protocol 2 gets every message in its own frame.
+    #[tokio::test]
+    async fn a_round_goes_out_as_one_bundle_in_order() {
+        let msg = |version| Bytes::from(encode_server(&ServerMessage::Snapshot { version }));
+        let (out, _r, mut client) = pair(1 << 20).await;
+        assert!(out.send_in_round(msg(1)) && out.send_in_round(msg(2)));
+        assert!(out.send(msg(3)), "a reply between the round's messages");
+        assert!(out.send_in_round(msg(4)));
+        assert!(out.end_round(msg(5)));
+        let mut reader = FrameReader::default();
+        let mut versions = Vec::new();
+        let mut sizes = Vec::new();
+        while versions.len() < 5 {
+            let (op, payload) = reader.next(&mut client).await;
+            assert_eq!(op, OP_BINARY);
+            let messages = hearth_core::protocol::codec::decode_server_frame(&payload).unwrap();
+            sizes.push(messages.len());
+            for m in messages {
+                let ServerMessage::Snapshot { version } = m else {
+                    panic!("{m:?}")
+                };
+                versions.push(version);
+            }
+        }
+        assert_eq!(versions, [1, 2, 3, 4, 5], "sent order");
+        assert_eq!(
+            sizes,
+            [2, 1, 2],
+            "the held two, the reply, then two with the Snapshot"
+        );
+
+        let (old, _r, mut client) = pair(1 << 20).await;
+        old.set_protocol(2);
+        assert!(old.send_in_round(msg(1)) && old.end_round(msg(2)));
+        let mut reader = FrameReader::default();
+        for v in [1, 2] {
+            let (_, payload) = reader.next(&mut client).await;
+            assert_eq!(
+                hearth_core::protocol::codec::decode_server(&payload),
+                Ok(ServerMessage::Snapshot { version: v })
+            );
+        }
     }
 }

@@ -77,35 +77,8 @@ impl Engine {
         read_version: u64,
         listen: bool,
     ) -> Result<(), ClientError> {
-        self.server_states(docs, read_version, listen, Vec::new())
-            .await
-    }
-
-    /// A listen snapshot's server states at `version`, stored in one transaction with
-    /// `resume` (the resume versions of the targets it makes current), so that a crash
-    /// never keeps a resume version without the documents it covers.
-    pub async fn listen_snapshot(
-        self: &Rc<Self>,
-        docs: Vec<(DocumentName, Option<Document>)>,
-        version: u64,
-        resume: Vec<WriteOp>,
-    ) -> Result<(), ClientError> {
-        self.server_states(docs, version, true, resume).await
-    }
-
-    /// [`Engine::server_documents`], with `also` written in the same transaction.
-    async fn server_states(
-        self: &Rc<Self>,
-        docs: Vec<(DocumentName, Option<Document>)>,
-        read_version: u64,
-        listen: bool,
-        also: Vec<WriteOp>,
-    ) -> Result<(), ClientError> {
         if docs.is_empty() {
-            return match also.is_empty() {
-                true => Ok(()),
-                false => self.store.write_relaxed(also).await,
-            };
+            return Ok(());
         }
         // One state per document (a snapshot can carry one from several targets, or from
         // several changes of one): the newest, else the last.
@@ -194,7 +167,6 @@ impl Engine {
             }
         }
         let written = ops.iter().map(stored_bytes).sum();
-        ops.extend(also);
         // Listeners see the documents first: making IndexedDB's requests for a large result
         // takes a while (each record is cloned). Reads the app calls meanwhile wait for the
         // write's transaction (a write ticket), and are ordered after it by IndexedDB.

@@ -13,7 +13,7 @@ use web_sys::{BinaryType, WebSocket};
 
 use super::Sync;
 use crate::client::error::ClientError;
-use hearth_core::protocol::codec::{decode_server, encode_client};
+use hearth_core::protocol::codec::{decode_server_frame, encode_client};
 use hearth_core::protocol::{ClientMessage, PROTOCOL_VERSION};
 
 /// Calls the global `setTimeout` (works in pages and workers, and in Node, whose timer
@@ -115,8 +115,17 @@ impl Sync {
             };
             let bytes = Uint8Array::new(&data).to_vec();
             s.last_seen.set(js_sys::Date::now());
-            match decode_server(&bytes) {
-                Ok(m) => s.clone().on_message(m),
+            match decode_server_frame(&bytes) {
+                Ok(messages) => {
+                    // A bundle's messages in order, while they are still this socket's.
+                    let epoch = s.epoch.get();
+                    for m in messages {
+                        if s.epoch.get() != epoch {
+                            break;
+                        }
+                        s.clone().on_message(m);
+                    }
+                }
                 Err(_) => s.drop_socket(),
             }
         });

@@ -90,7 +90,7 @@ impl Sync {
         self.trace(|| format!("target t{target_id} failed its existence check: listening again"));
         self.by_listener.borrow_mut().remove(&t.listener);
         self.send(&ClientMessage::Unlisten { target_id });
-        self.stored_resume.borrow_mut().remove(&t.key);
+        self.resume.borrow_mut().forget(&t.key);
         if let Some(engine) = self.engine() {
             let forget = vec![WriteOp::Delete {
                 store: Store::Targets,

@@ -6,12 +6,9 @@ use hearth_core::error::ErrorCode;
 use std::collections::{BTreeSet, HashSet};
 use std::rc::Rc;
 
-use super::{
-    ReceivedSnapshot, Sync, Target, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS, RESUME_STORE_MS,
-};
+use super::{ReceivedSnapshot, Sync, Target, LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MS};
 use crate::client::engine::{Batch, Engine};
 use crate::client::error::ClientError;
-use crate::client::idb_store::{Key, Store, WriteOp};
 use hearth_core::document::Document;
 use hearth_core::path::DocumentName;
 use hearth_core::protocol::{ClientMessage, DocumentChange, ServerMessage, TargetChangeKind};
@@ -126,7 +123,7 @@ impl Sync {
     /// in its own transaction), so they are fetched whole next time. Listened targets keep
     /// theirs: their documents are held.
     pub(super) fn forget_resume_points(&self) {
-        self.stored_resume.borrow_mut().clear();
+        self.resume.borrow_mut().clear();
         // The eviction deleted the listened targets' stored versions too: each stores its
         // own again with its next snapshot.
         for t in self.targets.borrow_mut().values_mut() {
@@ -567,34 +564,11 @@ impl Sync {
             }
         }
         engine.mark_current(&current);
-        // The current targets' resume versions go in the documents' transaction.
-        let persist: Vec<WriteOp> = {
-            let now = js_sys::Date::now();
-            let mut targets = self.targets.borrow_mut();
-            let mut ops = Vec::new();
-            for id in &current {
-                let Some(t) = targets.get_mut(id) else {
-                    continue;
-                };
-                if changed.contains(id) || now - t.stored_at >= RESUME_STORE_MS {
-                    t.stored_at = now;
-                    ops.push(WriteOp::Put {
-                        store: Store::Targets,
-                        key: Key::Bytes(t.key.clone()),
-                        value: version.to_be_bytes().to_vec(),
-                    });
-                }
-            }
-            ops
-        };
+        // The documents first; the targets' versions follow (`resume`).
         engine
-            .listen_snapshot(states.into_list(), version, persist)
+            .server_documents(states.into_list(), version, true)
             .await?;
-        for id in &current {
-            if let Some(t) = self.targets.borrow_mut().get_mut(id) {
-                t.resume = Some(version);
-            }
-        }
+        self.note_resume(&current, &changed, version);
         engine.forget_absent(version);
         self.resolve_limbo(&engine, touched);
         engine.targets_current(&current);

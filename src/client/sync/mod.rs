@@ -36,6 +36,7 @@ use hearth_core::query::model::Query;
 mod connection;
 mod existence;
 mod messages;
+mod resume;
 mod targets;
 mod token;
 
@@ -177,8 +178,8 @@ pub struct Sync {
     replies: RefCell<HashMap<u64, Reply>>,
     /// Write request id → batch id, for refusals.
     writes: RefCell<HashMap<u64, u64>>,
-    /// Resume versions loaded from IndexedDB, by encoded query.
-    stored_resume: RefCell<HashMap<Vec<u8>, u64>>,
+    /// Resume versions: stored, kept from dropped targets, waiting to be stored.
+    resume: RefCell<resume::ResumePoints>,
     /// Requests waiting for the connection to open (see `wait_open`).
     open_waiters: RefCell<Vec<OpenWaiter>>,
     /// The global `online`/`offline` handlers, alive as long as the database is open.
@@ -283,7 +284,7 @@ impl Sync {
             by_listener: RefCell::new(HashMap::new()),
             replies: RefCell::new(HashMap::new()),
             writes: RefCell::new(HashMap::new()),
-            stored_resume: RefCell::new(stored),
+            resume: RefCell::new(resume::ResumePoints::new(stored)),
             online_handlers: RefCell::new(Vec::new()),
             open_waiters: RefCell::new(Vec::new()),
             snapshots: RefCell::new(std::collections::VecDeque::new()),

@@ -26,7 +26,7 @@ impl Sync {
         }
         let mut key = Vec::new();
         encode_query(&query, &mut key);
-        let resume = self.stored_resume.borrow().get(&key).copied();
+        let resume = self.resume.borrow().get(&key);
         let target_id = self.add_target(Target {
             listener,
             query,
@@ -114,7 +114,7 @@ impl Sync {
         };
         if let Some(t) = self.targets.borrow_mut().remove(&target_id) {
             if let Some(v) = t.resume {
-                self.stored_resume.borrow_mut().insert(t.key, v);
+                self.resume.borrow_mut().keep(t.key, v);
             }
         }
         self.send(&ClientMessage::Unlisten { target_id });

@@ -211,8 +211,7 @@ impl LeanConn {
     /// that `check`, which decode it in full and record the document's `seq`, so the run can
     /// verify that each version carried the write committed at it.
     fn process(&mut self, name: &DocumentName, writes: u64, ready: &AtomicUsize) {
-        use hearth_core::protocol::codec::decode_server;
-        use hearth_core::protocol::{DocumentChange, ServerMessage};
+        use hearth_core::protocol::codec::decode_server_frame;
         while !self.done {
             let (start, end) = match ws_server_frame(&self.buf[self.pos..]) {
                 Err(e) => return self.fail(e.to_string()),
@@ -240,49 +239,14 @@ impl LeanConn {
                 self.changed = true;
                 continue;
             }
-            match decode_server(payload) {
-                Ok(ServerMessage::TargetChange {
-                    target_id: 1,
-                    changes,
-                    ..
-                }) => {
-                    self.changed = true;
-                    for c in changes {
-                        if let DocumentChange::Upsert(d) = c {
-                            if d.name == *name {
-                                if let Some(Value::Integer(i)) = d.fields.get("seq") {
-                                    self.seq = Some(*i as u64);
-                                }
-                            }
-                        }
-                    }
-                }
-                Ok(ServerMessage::Snapshot { version }) => {
-                    let now = now_us();
-                    if self.first {
-                        // The initial result.
-                        self.first = false;
-                        self.changed = false;
-                        self.seq = None;
-                        ready.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    if std::mem::take(&mut self.changed) {
-                        self.r.at_version.push((version, now));
-                        if let Some(s) = self.seq.take() {
-                            self.r.checked.push((version, s));
-                        }
-                    }
-                    if self.r.at_version.len() as u64 >= writes {
-                        self.done = true;
-                    }
-                }
-                Ok(ServerMessage::Error { code, message, .. }) => {
-                    return self.fail(format!("{}: {message}", code.as_str()));
-                }
-                Ok(ServerMessage::Heartbeat { .. }) => {}
-                Ok(other) => return self.fail(format!("unexpected message {other:?}")),
+            let messages = match decode_server_frame(payload) {
+                Ok(m) => m,
                 Err(e) => return self.fail(format!("undecodable frame: {e}")),
+            };
+            for m in messages {
+                if let Err(e) = self.take(m, name, writes, ready) {
+                    return self.fail(e);
+                }
             }
         }
         if self.pos == self.buf.len() {
@@ -292,6 +256,61 @@ impl LeanConn {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
+    }
+
+    /// Takes one message of the listener's connection: Err says why the listener failed.
+    fn take(
+        &mut self,
+        m: hearth_core::protocol::ServerMessage,
+        name: &DocumentName,
+        writes: u64,
+        ready: &AtomicUsize,
+    ) -> Result<(), String> {
+        use hearth_core::protocol::{DocumentChange, ServerMessage};
+        match m {
+            ServerMessage::TargetChange {
+                target_id: 1,
+                changes,
+                ..
+            } => {
+                self.changed = true;
+                for c in changes {
+                    if let DocumentChange::Upsert(d) = c {
+                        if d.name == *name {
+                            if let Some(Value::Integer(i)) = d.fields.get("seq") {
+                                self.seq = Some(*i as u64);
+                            }
+                        }
+                    }
+                }
+            }
+            ServerMessage::Snapshot { version } => {
+                let now = now_us();
+                if self.first {
+                    // The initial result.
+                    self.first = false;
+                    self.changed = false;
+                    self.seq = None;
+                    ready.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                if std::mem::take(&mut self.changed) {
+                    self.r.at_version.push((version, now));
+                    if let Some(s) = self.seq.take() {
+                        self.r.checked.push((version, s));
+                    }
+                }
+                if self.r.at_version.len() as u64 >= writes {
+                    self.done = true;
+                }
+            }
+            ServerMessage::Error { code, message, .. } => {
+                return Err(format!("{}: {message}", code.as_str()));
+            }
+            ServerMessage::Heartbeat { .. } => {}
+            other => return Err(format!("unexpected message {other:?}")),
+        }
+        Ok(())
     }
 }
 

@@ -18,9 +18,9 @@ use crate::query::model::{Aggregation, Query};
 use crate::value::Value;
 use existence::NameFilter;
 
-/// The protocol version this build speaks: 2 adds `Existence` (a relay sends it to clients
-/// of version 2 only).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The protocol version this build speaks: 2 adds `Existence`, 3 `Bundle` (a relay sends
+/// each to clients of that version or later only).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest protocol version a relay of this build still serves.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

@@ -151,7 +151,7 @@ pub(super) fn deliver_own(
     let Ok(frames) = frames else { return 0 };
     let mut written = 0;
     for f in frames {
-        if out.send(f) {
+        if out.send_in_round(f) {
             written += 1;
         }
     }

@@ -171,7 +171,7 @@ impl Round<'_> {
                 }
             };
             if !self.last_part {
-                if s.out.send(frame) {
+                if s.out.send_in_round(frame) {
                     frames += 1;
                 }
                 continue;
@@ -184,7 +184,7 @@ impl Round<'_> {
                     frames += 2;
                 }
             } else {
-                if s.out.send(frame) {
+                if s.out.send_in_round(frame) {
                     frames += 1;
                 }
                 if owed {
@@ -361,10 +361,13 @@ impl Fanout {
         out.targets().fetch_add(1, Ordering::Relaxed);
         let published = self.published.load(Ordering::Acquire);
         if version <= published {
+            // One bundle for a client that takes them (protocol 3).
             for f in frames {
-                out.send(f);
+                out.send_in_round(f);
             }
-            out.send_message(&ServerMessage::Snapshot { version: published });
+            out.end_round(Bytes::from(encode_server(&ServerMessage::Snapshot {
+                version: published,
+            })));
         } else {
             inner.pending.push((out.clone(), version, frames));
         }
@@ -601,7 +604,7 @@ impl Fanout {
             inner.pending = waiting;
             for (o, _, initial) in due {
                 for f in initial {
-                    if o.send(f) {
+                    if o.send_in_round(f) {
                         frames += 1;
                     }
                 }
@@ -725,7 +728,7 @@ impl Fanout {
         }
         self.published.store(last, Ordering::Release);
         for out in &affected {
-            if out.send(snapshot.clone()) {
+            if out.end_round(snapshot.clone()) {
                 frames += 1;
             }
         }

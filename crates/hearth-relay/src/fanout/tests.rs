@@ -6,7 +6,6 @@ use super::*;
 use crate::outbound::testing::{pair, FrameReader};
 use hearth_core::encoding::key::Direction::Descending;
 use hearth_core::path::{CollectionPath, DocumentName};
-use hearth_core::protocol::codec::decode_server;
 use hearth_core::query::validate::validate;
 use hearth_core::value::{Map, Value};
 
@@ -28,8 +27,7 @@ async fn next_snapshot(
     docs: &mut Vec<Document>,
 ) -> u64 {
     loop {
-        let (_, payload) = r.next(c).await;
-        match decode_server(&payload).unwrap() {
+        match r.message(c).await {
             ServerMessage::TargetChange { kind, changes, .. } => {
                 if kind == TargetChangeKind::Reset {
                     docs.clear();
@@ -157,17 +155,15 @@ async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() 
         let mut reader = FrameReader::default();
         // Initial results: a Reset and a Snapshot at 1 per target.
         for _ in 0..*n_targets {
-            let (_, p) = reader.next(client).await;
             assert!(matches!(
-                decode_server(&p).unwrap(),
+                reader.message(client).await,
                 ServerMessage::TargetChange {
                     kind: TargetChangeKind::Reset,
                     ..
                 }
             ));
-            let (_, p) = reader.next(client).await;
             assert_eq!(
-                decode_server(&p).unwrap(),
+                reader.message(client).await,
                 ServerMessage::Snapshot { version: 1 }
             );
         }
@@ -175,8 +171,7 @@ async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() 
         for k in 1..=rounds {
             let mut changed = Vec::new();
             let version = loop {
-                let (_, p) = reader.next(client).await;
-                match decode_server(&p).unwrap() {
+                match reader.message(client).await {
                     ServerMessage::TargetChange {
                         target_id,
                         kind,
@@ -213,8 +208,7 @@ async fn a_group_split_across_writer_threads_keeps_each_connection_consistent() 
 
 /// The next frame's message.
 async fn next_message(r: &mut FrameReader, c: &mut tokio::net::TcpStream) -> ServerMessage {
-    let (_, payload) = r.next(c).await;
-    decode_server(&payload).unwrap()
+    r.message(c).await
 }
 
 fn commit(version: u64, docs: &[&Document]) -> Committed {

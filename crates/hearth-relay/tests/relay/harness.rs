@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use hearth_client::Client;
 use hearth_core::path::{CollectionPath, DocumentName, FieldPath};
-use hearth_core::protocol::codec::{decode_server, encode_client};
+use hearth_core::protocol::codec::{decode_server, decode_server_frame, encode_client};
 use hearth_core::protocol::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
 use hearth_core::value::{Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -455,8 +455,8 @@ pub async fn read_until_closed(ws: &mut RawSocket, limit: Duration) -> Option<En
     let res = tokio::time::timeout(limit, async {
         loop {
             match ws.next().await {
-                Some(Ok(Message::Binary(b))) => match decode_server(&b) {
-                    Ok(m) => end.messages.push(m),
+                Some(Ok(Message::Binary(b))) => match decode_server_frame(&b) {
+                    Ok(m) => end.messages.extend(m),
                     Err(_) => end.undecodable += 1,
                 },
                 Some(Ok(Message::Close(_))) => end.close_frame = true,

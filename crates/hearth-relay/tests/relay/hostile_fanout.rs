@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hearth_core::mutation::Mutation;
-use hearth_core::protocol::codec::{decode_server, encode_client};
+use hearth_core::protocol::codec::{decode_server_frame, encode_client};
 use hearth_core::protocol::{ClientMessage, ServerMessage, TargetChangeKind};
 use hearth_core::query::model::{Operator as Op, Query};
 use tokio_tungstenite::tungstenite::Message;
@@ -116,14 +116,15 @@ async fn a_tenant_with_large_listens_does_not_starve_a_bystander() {
             let mut resets = 0;
             let mut tx = Some(tx);
             while let Some(Ok(m)) = ws.next().await {
-                if let Message::Binary(bytes) = m {
-                    match decode_server(&bytes) {
+                let Message::Binary(bytes) = m else { continue };
+                for m in decode_server_frame(&bytes).unwrap_or_default() {
+                    match m {
                         // Each target's initial result starts with a Reset (targets held
                         // back together may share one Snapshot, so those are not counted).
-                        Ok(ServerMessage::TargetChange {
+                        ServerMessage::TargetChange {
                             kind: TargetChangeKind::Reset,
                             ..
-                        }) => {
+                        } => {
                             resets += 1;
                             if resets == PER_CONN {
                                 if let Some(tx) = tx.take() {
@@ -131,7 +132,7 @@ async fn a_tenant_with_large_listens_does_not_starve_a_bystander() {
                                 }
                             }
                         }
-                        Ok(ServerMessage::Error { message, .. }) => panic!("{message}"),
+                        ServerMessage::Error { message, .. } => panic!("{message}"),
                         _ => {}
                     }
                 }

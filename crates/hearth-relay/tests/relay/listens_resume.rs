@@ -331,7 +331,7 @@ async fn existence_goes_to_clients_that_speak_it() {
     within(writer.write(churn())).await.unwrap();
     let (now, _) = within(writer.query(&q)).await.unwrap();
     for version in [1, PROTOCOL_VERSION] {
-        let mut ws = raw_socket(&relay).await;
+        let mut ws = crate::rules_listens::Raw::from(raw_socket(&relay).await);
         let hello = encode_client(&ClientMessage::Hello {
             protocol_version: version,
             database: "existence".into(),

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use hearth_client::Client;
 use hearth_core::error::ErrorCode;
 use hearth_core::mutation::Mutation;
-use hearth_core::protocol::codec::{decode_server, encode_client};
+use hearth_core::protocol::codec::{decode_server_frame, encode_client};
 use hearth_core::protocol::{
     ClientMessage, DocumentChange, ServerMessage, TargetChangeKind, PROTOCOL_VERSION,
 };
@@ -47,14 +47,43 @@ pub(crate) fn token(secret: &str, sub: &str) -> String {
     hearth_relay::auth::mint_hs256(secret.as_bytes(), sub, exp)
 }
 
+/// A raw socket and the messages of a bundle read from it and not yet taken (a relay
+/// sends a round's messages for several targets of a connection in one frame).
+pub(crate) struct Raw {
+    ws: RawSocket,
+    queued: std::collections::VecDeque<ServerMessage>,
+}
+
+impl From<RawSocket> for Raw {
+    fn from(ws: RawSocket) -> Raw {
+        Raw {
+            ws,
+            queued: Default::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for Raw {
+    type Target = RawSocket;
+    fn deref(&self) -> &RawSocket {
+        &self.ws
+    }
+}
+
+impl std::ops::DerefMut for Raw {
+    fn deref_mut(&mut self) -> &mut RawSocket {
+        &mut self.ws
+    }
+}
+
 /// A raw socket welcomed into `DB` with `token`.
-pub(crate) async fn raw(relay: &Relay, token: &str) -> RawSocket {
+pub(crate) async fn raw(relay: &Relay, token: &str) -> Raw {
     raw_in(relay, DB, token).await
 }
 
 /// A raw socket welcomed into database `db` with `token`.
-pub(crate) async fn raw_in(relay: &Relay, db: &str, token: &str) -> RawSocket {
-    let mut ws = raw_socket(relay).await;
+pub(crate) async fn raw_in(relay: &Relay, db: &str, token: &str) -> Raw {
+    let mut ws = Raw::from(raw_socket(relay).await);
     let hello = encode_client(&ClientMessage::Hello {
         protocol_version: PROTOCOL_VERSION,
         database: db.to_owned(),
@@ -68,10 +97,17 @@ pub(crate) async fn raw_in(relay: &Relay, db: &str, token: &str) -> RawSocket {
     }
 }
 
-pub(crate) async fn next(ws: &mut RawSocket) -> Option<ServerMessage> {
+/// The next message from the relay, alone or from a bundle (None: nothing for 10 s, or
+/// the socket ended).
+pub(crate) async fn next(ws: &mut Raw) -> Option<ServerMessage> {
     loop {
-        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-            Ok(Some(Ok(Message::Binary(b)))) => return Some(decode_server(&b).unwrap()),
+        if let Some(m) = ws.queued.pop_front() {
+            return Some(m);
+        }
+        match tokio::time::timeout(Duration::from_secs(10), ws.ws.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => {
+                ws.queued.extend(decode_server_frame(&b).unwrap());
+            }
             Ok(Some(Ok(_))) => continue,
             _ => return None,
         }
@@ -79,7 +115,7 @@ pub(crate) async fn next(ws: &mut RawSocket) -> Option<ServerMessage> {
 }
 
 /// The messages up to the connection's next Snapshot (heartbeats skipped).
-pub(crate) async fn until_snapshot(ws: &mut RawSocket) -> Vec<ServerMessage> {
+pub(crate) async fn until_snapshot(ws: &mut Raw) -> Vec<ServerMessage> {
     let mut out = Vec::new();
     loop {
         match next(ws).await {
@@ -92,7 +128,7 @@ pub(crate) async fn until_snapshot(ws: &mut RawSocket) -> Vec<ServerMessage> {
     }
 }
 
-pub(crate) async fn listen(ws: &mut RawSocket, target_id: u32, query: Query) {
+pub(crate) async fn listen(ws: &mut Raw, target_id: u32, query: Query) {
     let m = encode_client(&ClientMessage::Listen {
         target_id,
         query,

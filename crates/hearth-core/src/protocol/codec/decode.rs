@@ -68,80 +68,130 @@ pub fn decode_client(b: &[u8]) -> Result<ClientMessage> {
     Ok(m)
 }
 
-/// Decodes one frame from the relay.
+/// Decodes one frame from the relay that carries one message (a [`Bundle`](ty::BUNDLE) is
+/// refused: [`decode_server_frame`] reads any frame).
 pub fn decode_server(b: &[u8]) -> Result<ServerMessage> {
     let mut r = Reader::frame(b)?;
-    let m = match r.byte()? {
-        ty::WELCOME => ServerMessage::Welcome {
-            protocol_version: r.u32("protocol version")?,
-            version: r.varint()?,
-            indexes: r.index_file()?,
-            heartbeat_ms: r.u32("heartbeat interval")?,
-        },
-        ty::GET_RESULT => ServerMessage::GetResult {
-            request_id: r.varint()?,
-            version: r.varint()?,
-            documents: r.list(|r| Ok((r.name()?, r.option(Reader::document)?)))?,
-        },
-        ty::QUERY_RESULT => ServerMessage::QueryResult {
-            request_id: r.varint()?,
-            version: r.varint()?,
-            documents: r.list(Reader::document)?,
-        },
-        ty::AGGREGATION_RESULT => ServerMessage::AggregationResult {
-            request_id: r.varint()?,
-            version: r.varint()?,
-            values: r.list(Reader::value)?,
-        },
-        ty::WRITE_RESULT => ServerMessage::WriteResult {
-            request_id: r.varint()?,
-            batch_id: r.varint()?,
-            version: r.varint()?,
-        },
-        ty::TARGET_CHANGE => ServerMessage::TargetChange {
-            target_id: r.u32("target id")?,
-            kind: match r.tag("target change kind", 2)? {
-                0 => TargetChangeKind::Delta,
-                _ => TargetChangeKind::Reset,
-            },
-            changes: r.list(|r| {
-                Ok(match r.tag("document change", 4)? {
-                    0 => DocumentChange::Upsert(r.document()?),
-                    1 => DocumentChange::Remove(r.name()?),
-                    2 => DocumentChange::Leave(r.document()?),
-                    _ => DocumentChange::Delete {
-                        name: r.name()?,
-                        version: r.varint()?,
-                    },
-                })
-            })?,
-        },
-        ty::SNAPSHOT => ServerMessage::Snapshot {
-            version: r.varint()?,
-        },
-        ty::HEARTBEAT => ServerMessage::Heartbeat {
-            version: r.varint()?,
-            nonce: r.varint()?,
-        },
-        ty::ERROR => ServerMessage::Error {
-            request_id: r.varint()?,
-            target_id: r.u32("target id")?,
-            code: ERROR_CODES[usize::from(r.tag("error code", ERROR_CODES.len() as u8)?)],
-            message: r.string()?,
-        },
-        ty::EXISTENCE => ServerMessage::Existence {
-            target_id: r.u32("target id")?,
-            count: r.varint()?,
-            filter: {
-                let hashes = r.byte()?;
-                let n = r.count()?;
-                NameFilter::from_parts(r.take(n)?.to_vec(), hashes)
-            },
-        },
-        tag => return Err(ProtocolError::UnknownMessageType { tag }),
-    };
+    let m = r.server_message()?;
     r.finish()?;
     Ok(m)
+}
+
+/// Decodes one frame from the relay into its messages, in order: one, or the messages of a
+/// `Bundle` (protocol 3). A document carried more than once in a bundle (one change
+/// reaching several targets) is decoded once.
+pub fn decode_server_frame(b: &[u8]) -> Result<Vec<ServerMessage>> {
+    let mut r = Reader::frame(b)?;
+    if b.first() != Some(&ty::BUNDLE) {
+        let m = r.server_message()?;
+        r.finish()?;
+        return Ok(vec![m]);
+    }
+    r.pos = 1;
+    let n = r.count()?;
+    if n == 0 {
+        return Err(ProtocolError::EmptyBundle);
+    }
+    let mut memo = DocumentMemo::default();
+    let mut out = Vec::with_capacity(n.min(MAX_PREALLOC));
+    for _ in 0..n {
+        let len = r.count()?;
+        let start = r.pos;
+        let inner = r.take(len)?;
+        let mut m = Reader {
+            bytes: &b[..start + len],
+            pos: start,
+            memo: Some(memo),
+        };
+        if inner.first() == Some(&ty::BUNDLE) {
+            return Err(ProtocolError::NestedBundle { offset: start });
+        }
+        out.push(m.server_message()?);
+        m.finish()?;
+        memo = m.memo.take().unwrap_or_default();
+    }
+    r.finish()?;
+    Ok(out)
+}
+
+/// Documents already decoded in a bundle, by their bytes.
+type DocumentMemo<'a> = std::collections::HashMap<&'a [u8], Document>;
+
+impl Reader<'_> {
+    /// One relay message, its type byte first.
+    fn server_message(&mut self) -> Result<ServerMessage> {
+        let r = self;
+        Ok(match r.byte()? {
+            ty::WELCOME => ServerMessage::Welcome {
+                protocol_version: r.u32("protocol version")?,
+                version: r.varint()?,
+                indexes: r.index_file()?,
+                heartbeat_ms: r.u32("heartbeat interval")?,
+            },
+            ty::GET_RESULT => ServerMessage::GetResult {
+                request_id: r.varint()?,
+                version: r.varint()?,
+                documents: r.list(|r| Ok((r.name()?, r.option(Reader::document)?)))?,
+            },
+            ty::QUERY_RESULT => ServerMessage::QueryResult {
+                request_id: r.varint()?,
+                version: r.varint()?,
+                documents: r.list(Reader::document)?,
+            },
+            ty::AGGREGATION_RESULT => ServerMessage::AggregationResult {
+                request_id: r.varint()?,
+                version: r.varint()?,
+                values: r.list(Reader::value)?,
+            },
+            ty::WRITE_RESULT => ServerMessage::WriteResult {
+                request_id: r.varint()?,
+                batch_id: r.varint()?,
+                version: r.varint()?,
+            },
+            ty::TARGET_CHANGE => ServerMessage::TargetChange {
+                target_id: r.u32("target id")?,
+                kind: match r.tag("target change kind", 2)? {
+                    0 => TargetChangeKind::Delta,
+                    _ => TargetChangeKind::Reset,
+                },
+                changes: r.list(|r| {
+                    Ok(match r.tag("document change", 4)? {
+                        0 => DocumentChange::Upsert(r.document()?),
+                        1 => DocumentChange::Remove(r.name()?),
+                        2 => DocumentChange::Leave(r.document()?),
+                        _ => DocumentChange::Delete {
+                            name: r.name()?,
+                            version: r.varint()?,
+                        },
+                    })
+                })?,
+            },
+            ty::SNAPSHOT => ServerMessage::Snapshot {
+                version: r.varint()?,
+            },
+            ty::HEARTBEAT => ServerMessage::Heartbeat {
+                version: r.varint()?,
+                nonce: r.varint()?,
+            },
+            ty::ERROR => ServerMessage::Error {
+                request_id: r.varint()?,
+                target_id: r.u32("target id")?,
+                code: ERROR_CODES[usize::from(r.tag("error code", ERROR_CODES.len() as u8)?)],
+                message: r.string()?,
+            },
+            ty::EXISTENCE => ServerMessage::Existence {
+                target_id: r.u32("target id")?,
+                count: r.varint()?,
+                filter: {
+                    let hashes = r.byte()?;
+                    let n = r.count()?;
+                    NameFilter::from_parts(r.take(n)?.to_vec(), hashes)
+                },
+            },
+            ty::BUNDLE => return Err(ProtocolError::UnexpectedBundle),
+            tag => return Err(ProtocolError::UnknownMessageType { tag }),
+        })
+    }
 }
 
 /// The protocol version of a `Hello` frame, read from its type byte and first field only.
@@ -159,7 +209,11 @@ pub fn peek_hello_version(b: &[u8]) -> Option<u32> {
 
 /// Decodes a query written by [`encode_query`](super::encode_query); the whole slice must be one query.
 pub fn decode_query(b: &[u8]) -> Result<Query> {
-    let mut r = Reader { bytes: b, pos: 0 };
+    let mut r = Reader {
+        bytes: b,
+        pos: 0,
+        memo: None,
+    };
     let q = r.query()?;
     r.finish()?;
     Ok(q)
@@ -167,7 +221,11 @@ pub fn decode_query(b: &[u8]) -> Result<Query> {
 
 /// Decodes a mutation written by [`encode_mutation`](super::encode_mutation); the whole slice must be one mutation.
 pub fn decode_mutation(b: &[u8]) -> Result<Mutation> {
-    let mut r = Reader { bytes: b, pos: 0 };
+    let mut r = Reader {
+        bytes: b,
+        pos: 0,
+        memo: None,
+    };
     let m = r.mutation()?;
     r.finish()?;
     Ok(m)
@@ -179,6 +237,8 @@ struct Reader<'a> {
     bytes: &'a [u8],
     /// The next byte to read.
     pos: usize,
+    /// In a bundle: the documents decoded so far, by their bytes.
+    memo: Option<DocumentMemo<'a>>,
 }
 
 impl<'a> Reader<'a> {
@@ -186,7 +246,11 @@ impl<'a> Reader<'a> {
         if bytes.len() > MAX_FRAME_BYTES {
             return Err(ProtocolError::FrameTooLarge { len: bytes.len() });
         }
-        Ok(Reader { bytes, pos: 0 })
+        Ok(Reader {
+            bytes,
+            pos: 0,
+            memo: None,
+        })
     }
 
     fn finish(&self) -> Result<()> {
@@ -354,10 +418,17 @@ impl<'a> Reader<'a> {
             let source = DocumentError::TooLarge { size: n };
             return Err(ProtocolError::DocumentLimit { offset, source });
         }
-        decode_document(b).map_err(|e| match e {
+        if let Some(d) = self.memo.as_ref().and_then(|m| m.get(b)) {
+            return Ok(d.clone());
+        }
+        let d = decode_document(b).map_err(|e| match e {
             DecodeError::Limit { source, .. } => ProtocolError::DocumentLimit { offset, source },
             source => ProtocolError::InvalidDocument { offset, source },
-        })
+        })?;
+        if let Some(m) = &mut self.memo {
+            m.insert(b, d.clone());
+        }
+        Ok(d)
     }
 
     fn index_file(&mut self) -> Result<IndexFile> {

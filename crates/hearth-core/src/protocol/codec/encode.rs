@@ -114,6 +114,22 @@ pub fn encode_server(m: &ServerMessage) -> Vec<u8> {
     try_encode_server(m).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Encodes several encoded relay messages (none a bundle) as one `Bundle` frame (protocol
+/// 3), in order. The caller keeps the bundle within
+/// [`MAX_FRAME_BYTES`](crate::protocol::MAX_FRAME_BYTES).
+pub fn encode_bundle<B: AsRef<[u8]>>(messages: &[B]) -> Vec<u8> {
+    let len: usize = messages.iter().map(|m| m.as_ref().len() + 5).sum();
+    let mut out = Vec::with_capacity(len + 6);
+    out.push(ty::BUNDLE);
+    put_varint(messages.len() as u64, &mut out);
+    for m in messages {
+        let m = m.as_ref();
+        put_varint(m.len() as u64, &mut out);
+        out.extend_from_slice(m);
+    }
+    out
+}
+
 /// Encodes a relay message as one frame, or says which carried document the document
 /// encoding refuses (the first one).
 pub fn try_encode_server(m: &ServerMessage) -> Result<Vec<u8>, MessageEncodeError> {

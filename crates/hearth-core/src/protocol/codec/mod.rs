@@ -28,6 +28,8 @@
 //! 0x88  Heartbeat          version:u64 nonce:u64
 //! 0x89  Error              request_id:u64 target_id:u32 code:u8 message:string
 //! 0x8a  Existence          target_id:u32 count:u64 hashes:u8 bits:bytes   (protocol 2)
+//! 0x8b  Bundle             messages:list<bytes>                          (protocol 3)
+//!                          each a whole relay message other than a Bundle; at least one
 //!
 //! u64, u32   = varint: unsigned LEB128 as in the document encoding (canonical, at most 10
 //!              bytes); a u32 field refuses values above u32::MAX
@@ -91,9 +93,12 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode_client, decode_mutation, decode_query, decode_server, peek_hello_version};
+pub use decode::{
+    decode_client, decode_mutation, decode_query, decode_server, decode_server_frame,
+    peek_hello_version,
+};
 pub use encode::{
-    encode_client, encode_mutation, encode_query, encode_server, try_encode_server,
+    encode_bundle, encode_client, encode_mutation, encode_query, encode_server, try_encode_server,
     MessageEncodeError,
 };
 
@@ -140,6 +145,7 @@ pub mod ty {
     pub const HEARTBEAT: u8 = 0x88;
     pub const ERROR: u8 = 0x89;
     pub const EXISTENCE: u8 = 0x8a;
+    pub const BUNDLE: u8 = 0x8b;
 }
 
 /// Why a frame could not be decoded. Offsets count from the start of the frame (or of the
@@ -193,6 +199,12 @@ pub enum ProtocolError {
     },
     #[error("{count} trailing bytes at offset {offset} after the end of the message")]
     TrailingBytes { offset: usize, count: usize },
+    #[error("a bundle of no messages")]
+    EmptyBundle,
+    #[error("a bundle inside a bundle at offset {offset}")]
+    NestedBundle { offset: usize },
+    #[error("a bundle of messages where one message was expected")]
+    UnexpectedBundle,
     #[error("frame is {len} bytes, over the limit of {MAX_FRAME_BYTES} bytes")]
     FrameTooLarge { len: usize },
     #[error("filters nest more than {MAX_FILTER_DEPTH} levels deep at offset {offset}")]

@@ -481,3 +481,63 @@ fn documents_are_held_to_their_limits() {
     );
     assert!(err.to_string().contains("over the limit"), "{err}");
 }
+
+#[test]
+fn a_bundle_carries_whole_messages_in_order() {
+    let doc = Document::new(
+        name("rooms/r1"),
+        [("n".to_owned(), Value::Integer(1))].into(),
+    );
+    let change = |target_id| ServerMessage::TargetChange {
+        target_id,
+        kind: TargetChangeKind::Delta,
+        changes: vec![DocumentChange::Upsert(doc.clone())],
+    };
+    let messages = vec![change(1), change(2), ServerMessage::Snapshot { version: 7 }];
+    let parts: Vec<Vec<u8>> = messages.iter().map(encode_server).collect();
+    let frame = encode_bundle(&parts);
+    assert_eq!(frame[..2], [0x8b, 3]);
+    assert_eq!(decode_server_frame(&frame).unwrap(), messages);
+    // A frame of one message is read by both decoders.
+    assert_eq!(decode_server_frame(&parts[2]).unwrap(), messages[2..]);
+    // Only the bundle-aware decoder takes a bundle.
+    assert_eq!(decode_server(&frame), Err(ProtocolError::UnexpectedBundle));
+}
+
+#[test]
+fn malformed_bundles_are_refused() {
+    let snapshot = encode_server(&ServerMessage::Snapshot { version: 1 });
+    assert_eq!(
+        decode_server_frame(&[0x8b, 0]),
+        Err(ProtocolError::EmptyBundle)
+    );
+    let inner = encode_bundle(&[&snapshot]);
+    let nested = encode_bundle(&[&inner]);
+    assert_eq!(
+        decode_server_frame(&nested),
+        Err(ProtocolError::NestedBundle { offset: 3 })
+    );
+    // A message must fill its part exactly, and the parts the frame.
+    let mut short = encode_bundle(&[&snapshot]);
+    short[2] += 1;
+    short.push(0);
+    assert!(matches!(
+        decode_server_frame(&short),
+        Err(ProtocolError::TrailingBytes { .. })
+    ));
+    let mut long = encode_bundle(&[&snapshot]);
+    long.push(0);
+    assert!(matches!(
+        decode_server_frame(&long),
+        Err(ProtocolError::TrailingBytes { .. })
+    ));
+    let mut truncated = encode_bundle(&[&snapshot]);
+    truncated.pop();
+    assert!(decode_server_frame(&truncated).is_err());
+    // A part that is not a relay message.
+    let hello = encode_client(&ClientMessage::Ping { nonce: 1 });
+    assert!(matches!(
+        decode_server_frame(&encode_bundle(&[&hello])),
+        Err(ProtocolError::UnknownMessageType { .. })
+    ));
+}

@@ -538,24 +538,30 @@ pub(super) async fn storm(url: String, db: &'static str, deadline: Instant, mut 
         let read = timeout(OP, async {
             while refused < STORM_PAST_CAP || (served.len() as u32) < LISTEN_CAP {
                 match ws.next().await {
-                    Some(Ok(Message::Binary(b))) => match decode_server(&b) {
-                        Ok(ServerMessage::TargetChange { target_id, .. })
-                            if target_id <= LISTEN_CAP =>
-                        {
-                            served.insert(target_id);
+                    Some(Ok(Message::Binary(b))) => match decode_server_frame(&b) {
+                        Ok(messages) => {
+                            for m in messages {
+                                match m {
+                                    ServerMessage::TargetChange { target_id, .. }
+                                        if target_id <= LISTEN_CAP =>
+                                    {
+                                        served.insert(target_id);
+                                    }
+                                    ServerMessage::TargetChange { target_id, .. } => other
+                                        .push(format!("target {target_id}, past the cap, served")),
+                                    ServerMessage::Error {
+                                        code: ErrorCode::ResourceExhausted,
+                                        target_id,
+                                        ..
+                                    } if target_id > LISTEN_CAP => refused += 1,
+                                    ServerMessage::Error {
+                                        code, target_id, ..
+                                    } => other
+                                        .push(format!("{} on target {target_id}", code.as_str())),
+                                    _ => {}
+                                }
+                            }
                         }
-                        Ok(ServerMessage::TargetChange { target_id, .. }) => {
-                            other.push(format!("target {target_id}, past the cap, served"))
-                        }
-                        Ok(ServerMessage::Error {
-                            code: ErrorCode::ResourceExhausted,
-                            target_id,
-                            ..
-                        }) if target_id > LISTEN_CAP => refused += 1,
-                        Ok(ServerMessage::Error {
-                            code, target_id, ..
-                        }) => other.push(format!("{} on target {target_id}", code.as_str())),
-                        Ok(_) => {}
                         Err(e) => other.push(format!("undecodable ({e})")),
                     },
                     Some(Ok(_)) => {}

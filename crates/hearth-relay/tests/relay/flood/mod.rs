@@ -44,7 +44,7 @@ use hearth_client::{Client, ClientError};
 use hearth_core::error::ErrorCode;
 use hearth_core::mutation::{FieldTransform, Mutation, SetMerge};
 use hearth_core::path::DocumentName;
-use hearth_core::protocol::codec::{decode_server, encode_client};
+use hearth_core::protocol::codec::{decode_server, decode_server_frame, encode_client};
 use hearth_core::protocol::{ClientMessage, ServerMessage};
 use hearth_core::query::model::{Aggregation, Operator as Op, Query};
 use hearth_core::value::{Map, Value};
