@@ -7,7 +7,12 @@
 // and each update is also awaited until the relay acknowledged it.
 //
 //   node scripts/bench-listeners.mjs [--docs N] [--listeners L] [--writes W] [--relay]
+//                                    [--rate R]
 //   node scripts/bench-listeners.mjs --distinct [--docs N] [--listeners L] [--writes W]
+//
+// --rate R: the W updates are made at R per second, each without waiting for the one before
+// (a page that writes as its user types); prints, per update, the time until every listener
+// raised it (median, p99, max), the rate reached, and how far behind the last one was.
 //
 // --distinct: L listeners with distinct queries in one page (`where('n', '>=', l)`,
 // `orderBy('n', 'desc')`, `limit(1)`, each l its own) over a relay; prints the time until
@@ -26,6 +31,7 @@ function arg(name, dflt) {
 const docs = arg('docs', 10000);
 const listeners = arg('listeners', 20);
 const writes = arg('writes', 100);
+const rate = arg('rate', 0);
 const distinct = process.argv.includes('--distinct');
 const withRelay = distinct || process.argv.includes('--relay');
 
@@ -39,7 +45,7 @@ try {
     process.exit(0);
   }
   const page = await browser.page(`${server.origin}/pkg-tests/e2e/page.html`);
-  const result = await page.evaluate(async ({ docs, listeners, writes, relay }) => {
+  const result = await page.evaluate(async ({ docs, listeners, writes, relay, rate }) => {
     const db = await window.hearth.Hearth.open({ name: 'bench-listeners', ...(relay ? { relay } : {}) });
     for (let i = 0; i < docs; i += 500) {
       const b = db.batch();
@@ -51,6 +57,8 @@ try {
     // Each listener keeps its own copy of the result from docChanges(), as an app would.
     const seen = Array.from({ length: listeners }, () => new Map());
     let waiting = null;
+    // With --rate: called once all listeners raised a snapshot (the last one's callback).
+    let raised = null;
     const unsubs = [];
     for (let l = 0; l < listeners; l++) {
       unsubs.push(db.collection('items').onSnapshot((s) => {
@@ -58,6 +66,7 @@ try {
           if (c.type === 'removed') seen[l].delete(c.doc.id);
           else seen[l].set(c.doc.id, c.doc.data().v);
         }
+        if (l === listeners - 1) raised?.();
         waiting?.();
       }));
     }
@@ -67,6 +76,12 @@ try {
       if (performance.now() - t0 > 120000) throw new Error('first snapshots not all in after 120 s');
     }
     const firstMs = performance.now() - t0;
+    if (rate > 0) {
+      const result = await atRate(db, seen, (f) => { raised = f; }, () => new Promise((r) => { waiting = r; }));
+      for (const u of unsubs) u();
+      await db.close();
+      return { first_snapshots_ms: Number(firstMs.toFixed(1)), ...result };
+    }
     const times = [];
     const start = performance.now();
     for (let w = 1; w <= writes; w++) {
@@ -84,7 +99,45 @@ try {
     const q = (p) => Number(times[Math.min(times.length - 1, Math.floor(p * times.length))].toFixed(2));
     return { first_snapshots_ms: Number(firstMs.toFixed(1)), update_ms: { p50: q(0.5), p90: q(0.9), max: q(1) },
       updates_per_s: Number((writes / (total / 1000)).toFixed(1)) };
-  }, { docs, listeners, writes, relay: relay?.url });
+    /** Updates at `rate` per second, not awaited one by one; each timed until every
+     *  listener holds it (or a later value of its document). */
+    async function atRate(db, seen, onRaised, nextSnapshot) {
+      const made = [];
+      const acks = [];
+      // Updates not yet held by every listener, checked after each snapshot.
+      const open = new Set();
+      onRaised(() => {
+        const now = performance.now();
+        for (const m of open) {
+          if (seen.every((s) => s.get(m.id) >= 1e6 + m.w)) {
+            m.done = now;
+            open.delete(m);
+          }
+        }
+      });
+      const start = performance.now();
+      for (let w = 1; w <= writes; w++) {
+        const due = start + (w - 1) * (1000 / rate);
+        while (performance.now() < due) await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now())));
+        const id = `d${String(Math.floor(Math.random() * docs)).padStart(6, '0')}`;
+        const m = { id, w, at: performance.now(), done: null };
+        made.push(m);
+        open.add(m);
+        acks.push(db.doc(`items/${id}`).update({ v: 1e6 + w }));
+      }
+      const issued = performance.now() - start;
+      const deadline = performance.now() + 60000;
+      while (open.size > 0) {
+        if (performance.now() > deadline) throw new Error(`${open.size} updates not seen after 60 s`);
+        await nextSnapshot();
+      }
+      await Promise.all(acks);
+      const lags = made.map((m) => m.done - m.at).sort((a, b) => a - b);
+      const q = (p) => Number(lags[Math.min(lags.length - 1, Math.floor(p * lags.length))].toFixed(1));
+      return { rate_asked: rate, rate_issued: Number((writes / (issued / 1000)).toFixed(1)),
+        lag_ms: { p50: q(0.5), p99: q(0.99), max: q(1) }, last_lag_ms: Number((made.at(-1).done - made.at(-1).at).toFixed(1)) };
+    }
+  }, { docs, listeners, writes, relay: relay?.url, rate });
   console.log(JSON.stringify({ measurement: 'listeners_at_scale', docs, listeners, writes, relay: withRelay, ...result }));
 } finally {
   await browser.stop();

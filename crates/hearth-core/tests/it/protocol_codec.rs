@@ -5,8 +5,8 @@
 //! (`src/protocol/codec/tests.rs`) hold the worked examples and each refusal.
 
 use hearth_core::protocol::codec::{
-    decode_client, decode_mutation, decode_query, decode_server, encode_client, encode_mutation,
-    encode_query, encode_server, ProtocolError,
+    decode_client, decode_mutation, decode_query, decode_server, decode_server_frame,
+    encode_bundle, encode_client, encode_mutation, encode_query, encode_server, ProtocolError,
 };
 use hearth_core::protocol::ServerMessage;
 use proptest::collection::vec;
@@ -14,11 +14,19 @@ use proptest::prelude::*;
 
 use crate::strategies::{arb_client_message, arb_mutation, arb_query, arb_server_message};
 
-/// A valid frame of either direction, for the robustness properties.
+/// Several relay messages in one `Bundle` frame.
+fn bundle(messages: &[ServerMessage]) -> Vec<u8> {
+    let parts: Vec<Vec<u8>> = messages.iter().map(encode_server).collect();
+    encode_bundle(&parts)
+}
+
+/// A valid frame of either direction (a relay's may be a bundle), for the robustness
+/// properties.
 fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         arb_client_message().prop_map(|m| encode_client(&m)),
         arb_server_message().prop_map(|m| encode_server(&m)),
+        vec(arb_server_message(), 1..4).prop_map(|ms| bundle(&ms)),
     ]
 }
 
@@ -34,7 +42,20 @@ fn decode_any(b: &[u8]) -> bool {
             assert_eq!(encode_server(m), b, "accepted bytes re-encode identically");
         }
     }
-    client.is_ok() || server.is_ok()
+    let frame = decode_server_frame(b);
+    if let Ok(ms) = &frame {
+        if !ms
+            .iter()
+            .any(|m| matches!(m, ServerMessage::Welcome { .. }))
+        {
+            let again = match b[0] {
+                0x8b => bundle(ms),
+                _ => encode_server(&ms[0]),
+            };
+            assert_eq!(again, b, "an accepted relay frame re-encodes identically");
+        }
+    }
+    client.is_ok() || server.is_ok() || frame.is_ok()
 }
 
 proptest! {
@@ -55,6 +76,13 @@ proptest! {
     }
 
     #[test]
+    fn bundles_round_trip(ms in vec(arb_server_message(), 1..5)) {
+        let bytes = bundle(&ms);
+        prop_assert_eq!(decode_server_frame(&bytes), Ok(ms));
+        prop_assert_eq!(decode_server(&bytes), Err(ProtocolError::UnexpectedBundle));
+    }
+
+    #[test]
     fn queries_and_mutations_round_trip(q in arb_query(), m in arb_mutation()) {
         let mut bytes = Vec::new();
         encode_query(&q, &mut bytes);
@@ -66,7 +94,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(
-        ty in prop_oneof![Just(None), (0x01u8..=0x09).prop_map(Some), (0x81u8..=0x89).prop_map(Some)],
+        ty in prop_oneof![Just(None), (0x01u8..=0x09).prop_map(Some), (0x81u8..=0x8b).prop_map(Some)],
         body in vec(any::<u8>(), 0..64),
     ) {
         let mut bytes: Vec<u8> = ty.into_iter().collect();
@@ -104,6 +132,7 @@ proptest! {
         let expect = ProtocolError::TrailingBytes { offset: len, count };
         match bytes[0] {
             0x01..=0x7f => prop_assert_eq!(decode_client(&bytes), Err(expect)),
+            0x8b => prop_assert_eq!(decode_server_frame(&bytes), Err(expect)),
             _ => prop_assert_eq!(decode_server(&bytes), Err(expect)),
         }
     }
