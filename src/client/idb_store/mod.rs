@@ -114,6 +114,12 @@ struct Inner {
     has_get_all_records: bool,
     /// How [`IdbRead`] scans (a benchmark knob; [`ScanMethod::Auto`] otherwise).
     scan_method: Cell<ScanMethod>,
+    /// The read transaction of the reads begun in the current task since the last write
+    /// transaction was made: they share it (a page that starts two thousand listeners at
+    /// once makes one transaction, not two thousand). Forgotten when the task ends or a
+    /// write transaction is made, so a read begun after a write sees it; a read that finds
+    /// it gone inactive takes a fresh one ([`IdbRead`]).
+    shared_read: RefCell<Option<IdbTransaction>>,
 }
 
 /// What runs when another context's upgrade closed the connection.
@@ -260,6 +266,7 @@ impl IdbStore {
                 on_closed,
                 has_get_all_records: js::has_get_all_records(),
                 scan_method: Cell::new(ScanMethod::Auto),
+                shared_read: RefCell::new(None),
             }),
         })
     }
@@ -306,7 +313,23 @@ impl IdbStore {
 
     /// A read view over `documents` (and its indexes), `remote` and `meta`.
     pub async fn read(&self) -> Result<IdbRead, ClientError> {
-        let tx = self.read_tx().map_err(|e| self.error("reading", &e))?;
+        let shared = self.inner.shared_read.borrow().clone();
+        let tx = match shared {
+            Some(tx) => tx,
+            None => {
+                let tx = self.read_tx().map_err(|e| self.error("reading", &e))?;
+                *self.inner.shared_read.borrow_mut() = Some(tx.clone());
+                let inner = Rc::downgrade(&self.inner);
+                wasm_bindgen_futures::spawn_local(async move {
+                    // A timer's callback runs in a later task.
+                    crate::client::js::sleep(0.0).await;
+                    if let Some(inner) = inner.upgrade() {
+                        inner.shared_read.borrow_mut().take();
+                    }
+                });
+                tx
+            }
+        };
         Ok(IdbRead::new(self.clone(), tx))
     }
 
@@ -521,15 +544,16 @@ impl IdbStore {
         self.inner.has_get_all_records
     }
 
-    /// A readonly transaction over the stores [`IdbRead`] reads.
     /// A readwrite transaction over `scope` (sorted, without repeats) with `durability`;
-    /// a failure to make it is told as one of `what`.
+    /// a failure to make it is told as one of `what`. Reads begun from now on do not
+    /// share the read transaction made before it (see `shared_read`).
     fn write_tx(
         &self,
         scope: &[Store],
         durability: Durability,
         what: &str,
     ) -> Result<IdbTransaction, ClientError> {
+        self.inner.shared_read.borrow_mut().take();
         let names: Array = scope.iter().map(|s| JsValue::from_str(s.name())).collect();
         // "strict": `complete` means flushed to disk (Chromium's default is "relaxed").
         let durability = match durability {
@@ -544,6 +568,7 @@ impl IdbStore {
             .map_err(|e| self.error(what, &e))
     }
 
+    /// A readonly transaction over the stores [`IdbRead`] reads.
     fn read_tx(&self) -> Result<IdbTransaction, JsValue> {
         self.check_open()?;
         let names: Array = [Store::Documents, Store::Remote, Store::Meta]
