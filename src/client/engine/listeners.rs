@@ -94,7 +94,7 @@ impl Engine {
 
     /// The names with a pending write, shared by the snapshots of one round.
     fn pending(&self) -> Pending {
-        Rc::new(self.pending_names())
+        self.pending_names()
     }
 
     /// Re-evaluates every listener after documents changed locally; queues callbacks; tells
@@ -263,7 +263,7 @@ impl Engine {
     /// Documents that may not be evicted now: in a listener's result or watched, with a
     /// pending write in this tab's queue, or recently read.
     pub(super) fn held_names(&self) -> HashSet<DocumentName> {
-        let mut held = self.pending_names();
+        let mut held = HashSet::clone(&self.pending_names());
         self.listeners.borrow().hold_shown(&mut held);
         held.extend(self.cache.recent());
         held

@@ -53,6 +53,7 @@ use hearth_core::query::execute::{fetch, run_aggregation, run_query};
 use hearth_core::query::model::{Aggregation, Query};
 use hearth_core::value::Value;
 
+mod ack;
 mod batch;
 mod events;
 mod keyed;

@@ -25,7 +25,7 @@ use hearth_core::value::Timestamp;
 
 /// Whether mutation `m`'s result is the same whatever the document was: a whole `set`
 /// without transforms, or a delete (a precondition decides only whether it applies).
-fn writes_whole_document(m: &Mutation) -> bool {
+pub(super) fn writes_whole_document(m: &Mutation) -> bool {
     use hearth_core::mutation::SetMerge;
     m.transforms.is_empty()
         && matches!(
@@ -72,8 +72,8 @@ impl Engine {
         self.writes.borrow().has_pending(name)
     }
 
-    /// Names of every document with a pending write (one pass over the queue).
-    pub fn pending_names(&self) -> HashSet<DocumentName> {
+    /// Names of every document with a pending write (made once per change of the queue).
+    pub fn pending_names(&self) -> Rc<HashSet<DocumentName>> {
         self.writes.borrow().pending_names()
     }
 
@@ -121,7 +121,11 @@ impl Engine {
     /// stored the deletion may go before its follower heard the answer (a closing page's
     /// messages are dropped while it still takes the relay's answers), and the next leader
     /// must answer the write asked again from that record, not queue it a second time.
-    fn dequeue(&self, batch_id: u64, answer: &Result<u64, ClientError>) -> Option<WriteOp> {
+    pub(super) fn dequeue(
+        &self,
+        batch_id: u64,
+        answer: &Result<u64, ClientError>,
+    ) -> Option<WriteOp> {
         let key = self.writes.borrow_mut().dequeue(batch_id, Some(answer))?;
         Some(WriteOp::Put {
             store: Store::Meta,
@@ -456,153 +460,8 @@ impl Engine {
         Ok(batch)
     }
 
-    /// The relay acknowledged `batch_id` at `version`. Returns the documents whose local
-    /// view is now only an estimate of the server's, for the sync layer to read again.
-    ///
-    /// For each document the batch wrote: when the server's state at or after the commit has
-    /// arrived already (a listen can deliver the committed document before the
-    /// acknowledgement), the local view is rebuilt over it without the batch, which it
-    /// contains (re-applying it would count an increment twice). Otherwise the local view
-    /// stays; it is exact when the batch wrote the document whole (a `set` without
-    /// transforms, a delete) and no server state arrived while it was pending, and an
-    /// estimate in every other case (a merge or update over a possibly older base, a
-    /// transform, a deletion received meanwhile whose order against the commit is unknown).
-    pub async fn acknowledge(
-        self: &Rc<Self>,
-        batch_id: u64,
-        version: u64,
-    ) -> Result<Vec<DocumentName>, ClientError> {
-        let found = self.writes.borrow().get(batch_id).cloned();
-        let Some(batch) = found else {
-            // Another context (sharing the queue) already took this acknowledgement; the
-            // stored batch goes too, should this context's queue have missed it.
-            self.store
-                .write(vec![WriteOp::Delete {
-                    store: Store::Mutations,
-                    key: Key::Number(batch_id as f64),
-                }])
-                .await?;
-            self.settle_waiters(batch_id, Ok(version));
-            return Ok(Vec::new());
-        };
-        let guard = self.lock.lock().await;
-        let record = self.dequeue(batch_id, &Ok(version));
-        let mut ops = vec![WriteOp::Delete {
-            store: Store::Mutations,
-            key: Key::Number(batch_id as f64),
-        }];
-        ops.extend(record);
-        let mut changed = Vec::new();
-        let mut stale = Vec::new();
-        let names: Vec<DocumentName> = batch.names().into_iter().collect();
-        let states = self.stored_states(&names).await?;
-        // Each document's mutations, in batch order (found once, not per document).
-        let mut by_name: HashMap<&DocumentName, Vec<&Mutation>> = HashMap::new();
-        for m in &batch.mutations {
-            by_name.entry(&m.name).or_default().push(m);
-        }
-        for (n, (remote, local)) in names.into_iter().zip(states) {
-            let key = document_key(&n);
-            let mutations = by_name.remove(&n).unwrap_or_default();
-            let base = match &remote {
-                Some(b) if !remote_is_unknown(b) => Some(decode_remote(b)?),
-                _ => None,
-            };
-            let received = (self.notes.borrow_mut().received_while_pending).remove(&n);
-            let whole = mutations.iter().all(|m| writes_whole_document(m));
-            match base {
-                // The relay's state after the commit has arrived already (a listen, a read):
-                // it includes the batch.
-                Some(known)
-                    if known
-                        .as_ref()
-                        .map_or_else(|| self.absent_version(&n), |d| d.update_version)
-                        >= version =>
-                {
-                    let rebuilt = self.rebuild(&n, known)?;
-                    if rebuilt != local {
-                        ops.push(self.doc_op(&n, rebuilt.as_ref())?);
-                    }
-                    changed.push((n.clone(), rebuilt));
-                }
-                _ => {
-                    // The server's state at the commit, estimated: this batch over the
-                    // state held, at `version` (so that older states arriving later are
-                    // ignored). Exact for a whole write; else read back (`stale`).
-                    let ctx = ApplyContext {
-                        commit_version: version,
-                        commit_time: Timestamp::from_micros(now_micros())
-                            .unwrap_or_else(|_| Timestamp::new(0, 0).expect("epoch")),
-                    };
-                    // `None`: the state is unknown (never seen, and not written whole).
-                    let mut estimate = match &remote {
-                        Some(b) if !remote_is_unknown(b) => Some(base.flatten()),
-                        _ => None,
-                    };
-                    for m in &mutations {
-                        estimate = match estimate {
-                            // A mutation the relay applied cannot fail over the right base;
-                            // over an older one it may: the state stays, to be read back.
-                            Some(doc) => m.apply(doc.as_ref(), &ctx).ok().or(Some(doc)),
-                            None => match m.apply_to_unknown(&ctx) {
-                                Ok(UnknownBase::Becomes(doc)) => Some(doc),
-                                _ => None,
-                            },
-                        };
-                    }
-                    if received || !whole || estimate.is_none() {
-                        stale.push(n.clone());
-                    }
-                    if let Some(server) = &estimate {
-                        self.note_server_state(&n, server.as_ref(), version);
-                    }
-                    match estimate {
-                        Some(server) if self.has_pending(&n) => {
-                            ops.push(WriteOp::Put {
-                                store: Store::Remote,
-                                key: Key::Bytes(key.clone()),
-                                value: encode_remote(server.as_ref())?,
-                            });
-                            let rebuilt = self.rebuild(&n, server)?;
-                            if rebuilt != local {
-                                ops.push(self.doc_op(&n, rebuilt.as_ref())?);
-                            }
-                            changed.push((n.clone(), rebuilt));
-                        }
-                        Some(server) => {
-                            if server != local {
-                                ops.push(self.doc_op(&n, server.as_ref())?);
-                            }
-                            changed.push((n.clone(), server));
-                        }
-                        None => changed.push((n.clone(), local)),
-                    }
-                }
-            }
-            if self.has_pending(&n) {
-                if received {
-                    (self.notes.borrow_mut().received_while_pending).insert(n);
-                }
-            } else {
-                ops.push(WriteOp::Delete {
-                    store: Store::Remote,
-                    key: Key::Bytes(key),
-                });
-            }
-        }
-        // Relaxed: should a crash lose this write, the batch is still queued and is sent
-        // again, and the relay answers it with this commit (its idempotency record).
-        self.store.write_relaxed(ops).await?;
-        drop(guard);
-        self.local_changed(&changed).await;
-        self.settle_waiters(batch_id, Ok(version));
-        self.events
-            .emit(&EngineEvent::Settled(batch_id, &Ok(version)));
-        Ok(stale)
-    }
-
     /// The documents batch `batch_id` writes, if it is in this context's queue.
-    fn queued_names(&self, batch_id: u64) -> Option<BTreeSet<DocumentName>> {
+    pub(super) fn queued_names(&self, batch_id: u64) -> Option<BTreeSet<DocumentName>> {
         self.writes.borrow().get(batch_id).map(Batch::names)
     }
 

@@ -666,11 +666,20 @@ fn raise_query(
         Some(d) => d.data_changes(),
         None => diff_data_changes(view, &l.shown),
     };
-    let now_pending: HashSet<DocumentName> = (pending_names.iter())
-        .filter(|n| view.contains(n))
-        .cloned()
-        .collect();
-    let has_pending_writes = !now_pending.is_empty();
+    // Which shown documents have pending writes is needed only for metadata changes; else
+    // whether any has. (Every snapshot raises every listener: at a few writes a second
+    // with a backlog of pending ones, collecting them all made most of the page's work.)
+    let (now_pending, has_pending_writes) = if l.include_metadata {
+        let now = (pending_names.iter())
+            .filter(|n| view.contains(n))
+            .cloned()
+            .collect::<HashSet<DocumentName>>();
+        let has = !now.is_empty();
+        (now, has)
+    } else {
+        let has = pending_names.iter().any(|n| view.contains(n));
+        (HashSet::new(), has)
+    };
     let from_cache = net.shows_from_cache(l.target);
     let meta = (from_cache, has_pending_writes);
     let first = l.last_meta.is_none();

@@ -199,7 +199,7 @@ impl Engine {
 impl Engine {
     /// Nothing of a server write was stored: listeners go back to the local view of the
     /// documents it changed.
-    async fn restore(self: &Rc<Self>, changed: Vec<(DocumentName, Option<Document>)>) {
+    pub(super) async fn restore(self: &Rc<Self>, changed: Vec<(DocumentName, Option<Document>)>) {
         let mut restored = Vec::with_capacity(changed.len());
         for (name, _) in changed {
             if let Ok(doc) = self.local_doc(&name).await {

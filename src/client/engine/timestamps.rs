@@ -31,7 +31,11 @@ pub enum ServerTimestamps {
 impl Engine {
     /// The fields of `name` whose local value is a pending server timestamp's estimate.
     pub fn pending_timestamps(&self, name: &DocumentName) -> Vec<PendingTimestamp> {
-        pending_in(self.writes.borrow().batches(), name)
+        let writes = self.writes.borrow();
+        if !writes.may_stamp(name) {
+            return Vec::new();
+        }
+        pending_in(writes.batches(), name)
     }
 }
 

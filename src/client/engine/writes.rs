@@ -7,7 +7,9 @@
 //! returned, for the engine to run once the queue is no longer borrowed (a settle may call
 //! the engine back).
 
+use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 
 use super::batch::{batch_id_after, Batch};
 use super::Settle;
@@ -41,6 +43,14 @@ pub(super) struct Landed {
 pub(super) struct WriteQueue {
     /// Pending batches, oldest first.
     batches: Vec<Batch>,
+    /// How many mutations of `batches` write each document: kept as batches come and go,
+    /// since listeners ask which documents have pending writes at every snapshot.
+    writing: HashMap<DocumentName, usize>,
+    /// How many mutations of `batches` hold a server timestamp transform.
+    timestamps: usize,
+    /// `writing`'s names, made when first asked after a change (shared by the snapshots
+    /// raised meanwhile).
+    names: OnceCell<Rc<HashSet<DocumentName>>>,
     /// The ids of queued batches that are stored (durable): only those go to the relay.
     durable: HashSet<u64>,
     /// The last batch id handed out, so ids keep increasing (see `next_batch_id`).
@@ -70,10 +80,13 @@ impl WriteQueue {
     /// under `tag`.
     pub(super) fn new(mut batches: Vec<Batch>, tag: u8) -> WriteQueue {
         batches.sort_by_key(|b| b.id);
-        WriteQueue {
+        let mut queue = WriteQueue {
             seq: batches.last().map_or(0, |b| b.id),
             durable: batches.iter().map(|b| b.id).collect(),
-            batches,
+            batches: Vec::new(),
+            writing: HashMap::new(),
+            timestamps: 0,
+            names: OnceCell::new(),
             tag,
             waiters: HashMap::new(),
             writing_keys: HashMap::new(),
@@ -82,7 +95,39 @@ impl WriteQueue {
             landing: BTreeSet::new(),
             barriers: Vec::new(),
             read_barriers: Vec::new(),
+        };
+        queue.set_batches(batches);
+        queue
+    }
+
+    /// Counts `batch`'s mutations in (`add`) or out of the names and timestamps kept.
+    fn count(&mut self, batch: &Batch, add: bool) {
+        self.names = OnceCell::new();
+        for m in &batch.mutations {
+            let stamps = m.transforms.iter().filter(|(_, t)| is_server_timestamp(t));
+            if add {
+                *self.writing.entry(m.name.clone()).or_default() += 1;
+                self.timestamps += stamps.count();
+                continue;
+            }
+            self.timestamps = self.timestamps.saturating_sub(stamps.count());
+            if let Some(n) = self.writing.get_mut(&m.name) {
+                *n -= 1;
+                if *n == 0 {
+                    self.writing.remove(&m.name);
+                }
+            }
         }
+    }
+
+    /// Makes `batches` (sorted) the queue, recounting what is kept of it.
+    fn set_batches(&mut self, batches: Vec<Batch>) {
+        self.writing.clear();
+        self.timestamps = 0;
+        for b in &batches {
+            self.count(b, true);
+        }
+        self.batches = batches;
     }
 
     /// Pending batches, oldest first.
@@ -103,19 +148,22 @@ impl WriteQueue {
             .map(|b| b.id)
     }
 
-    /// Whether a pending batch writes `name`.
+    /// Whether a pending batch writes `name`. O(1).
     pub(super) fn has_pending(&self, name: &DocumentName) -> bool {
-        self.batches
-            .iter()
-            .any(|b| b.mutations.iter().any(|m| m.name == *name))
+        self.writing.contains_key(name)
     }
 
-    /// Names of every document with a pending write.
-    pub(super) fn pending_names(&self) -> HashSet<DocumentName> {
-        self.batches
-            .iter()
-            .flat_map(|b| b.mutations.iter().map(|m| m.name.clone()))
-            .collect()
+    /// Whether a pending batch writes a server timestamp to `name`: O(1) when none does.
+    pub(super) fn may_stamp(&self, name: &DocumentName) -> bool {
+        self.timestamps > 0 && self.has_pending(name)
+    }
+
+    /// Names of every document with a pending write: made once per change of the queue.
+    pub(super) fn pending_names(&self) -> Rc<HashSet<DocumentName>> {
+        (self
+            .names
+            .get_or_init(|| Rc::new(self.writing.keys().cloned().collect())))
+        .clone()
     }
 
     /// The batches before the first one not yet durable, less those `skip` names.
@@ -136,6 +184,7 @@ impl WriteQueue {
 
     /// Appends a batch being stored (not durable until `stored`).
     pub(super) fn push(&mut self, batch: Batch) {
+        self.count(&batch, true);
         self.batches.push(batch);
     }
 
@@ -153,7 +202,10 @@ impl WriteQueue {
         answer: Option<&Result<u64, ClientError>>,
     ) -> Option<String> {
         let key = self.get(id).and_then(|b| b.key.clone());
-        self.batches.retain(|b| b.id != id);
+        if let Some(at) = self.batches.iter().position(|b| b.id == id) {
+            let batch = self.batches.remove(at);
+            self.count(&batch, false);
+        }
         self.durable.remove(&id);
         let (key, answer) = (key?, answer?);
         if self.answered_keys.len() >= ANSWERED_KEYS {
@@ -171,7 +223,7 @@ impl WriteQueue {
             .filter(|b| self.get(b.id).is_none())
             .map(|b| b.id)
             .collect();
-        self.batches = stored;
+        self.set_batches(stored);
         self.durable.extend(&new);
         !new.is_empty()
     }
@@ -294,4 +346,9 @@ impl WriteQueue {
         });
         None
     }
+}
+
+/// Whether `t` is a server timestamp (a pending one shows as `serverTimestamps` says).
+fn is_server_timestamp(t: &hearth_core::mutation::FieldTransform) -> bool {
+    matches!(t, hearth_core::mutation::FieldTransform::ServerTimestamp)
 }

@@ -587,37 +587,45 @@ impl Sync {
         }
         wasm_bindgen_futures::spawn_local(async move {
             loop {
-                let next = {
-                    let mut order = self.sent_order.borrow_mut();
-                    let mut answers = self.answers.borrow_mut();
-                    match order
-                        .front()
-                        .and_then(|id| answers.remove(id).map(|a| (*id, a)))
-                    {
-                        Some(next) => {
-                            order.pop_front();
-                            Some(next)
-                        }
-                        None => None,
-                    }
-                };
-                let Some((id, answer)) = next else { break };
-                self.trace(|| format!("answer batch {id}: {answer:?}"));
+                let (acks, refused) = self.take_answers();
+                if acks.is_empty() && refused.is_none() {
+                    break;
+                }
                 let Some(engine) = self.engine() else { break };
-                let stale = match answer {
-                    Ok(version) => engine.acknowledge(id, version).await.unwrap_or_default(),
-                    Err(e) => {
-                        let _ = engine.reject(id, e).await;
-                        Vec::new()
+                if !acks.is_empty() {
+                    self.trace(|| format!("acknowledged batches {acks:?}"));
+                    let stale = engine.acknowledge(&acks).await;
+                    for (id, _) in acks {
+                        self.settled(id);
                     }
-                };
-                self.settled(id);
-                if !stale.is_empty() {
-                    wasm_bindgen_futures::spawn_local(self.clone().refresh(stale));
+                    if !stale.is_empty() {
+                        wasm_bindgen_futures::spawn_local(self.clone().refresh(stale));
+                    }
+                }
+                if let Some((id, e)) = refused {
+                    self.trace(|| format!("answer batch {id}: {e:?}"));
+                    let _ = engine.reject(id, e).await;
+                    self.settled(id);
                 }
             }
             self.answering.set(false);
         });
+    }
+
+    /// The answers ready to be taken in sending order: the acknowledgements at the front of
+    /// `sent_order` (taken together), up to the first refusal (taken after them, alone).
+    fn take_answers(&self) -> (Vec<(u64, u64)>, Option<(u64, ClientError)>) {
+        let mut order = self.sent_order.borrow_mut();
+        let mut answers = self.answers.borrow_mut();
+        let mut acks = Vec::new();
+        while let Some(answer) = order.front().and_then(|id| answers.remove(id)) {
+            let Some(id) = order.pop_front() else { break };
+            match answer {
+                Ok(version) => acks.push((id, version)),
+                Err(e) => return (acks, Some((id, e))),
+            }
+        }
+        (acks, None)
     }
 
     /// Batch `batch_id`'s answer has been taken by the engine: snapshots waiting on it go on.
