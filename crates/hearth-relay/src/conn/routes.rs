@@ -73,7 +73,17 @@ pub fn router(relay: Arc<Relay>, stop: watch::Receiver<bool>, slots: Arc<Semapho
 
 /// Serves a file of `--static-dir` (the demo app and the built package), read-only; paths
 /// with `..` or hidden segments are refused.
-async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Response {
+///
+/// Each file carries a validator (`etag`, from its size and modification time) with
+/// `cache-control: no-cache`: the browser asks again on every load and gets `304 Not
+/// Modified` while the file is unchanged. That keeps the response in the HTTP cache, which
+/// lets Chrome reuse the wasm it compiled on an earlier visit (its code cache follows the
+/// cached response) instead of compiling the package again on each page load.
+async fn static_file(
+    State(s): State<AppState>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
     let Some(dir) = s.relay.config().static_dir.clone() else {
         return (StatusCode::NOT_FOUND, "not found\n").into_response();
     };
@@ -89,20 +99,39 @@ async fn static_file(State(s): State<AppState>, uri: axum::http::Uri) -> Respons
         file = file.join("index.html");
     }
     let content_type = content_type(&file);
-    match tokio::task::spawn_blocking(move || std::fs::read(&file))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-    {
-        Ok(body) => (
-            [
-                ("content-type", content_type),
-                ("cache-control", "no-cache"),
-            ],
-            body,
-        )
-            .into_response(),
-        Err(_) => (StatusCode::NOT_FOUND, "not found\n").into_response(),
+    let read = tokio::task::spawn_blocking(move || {
+        let tag = std::fs::metadata(&file).map(|m| entity_tag(&m))?;
+        std::fs::read(&file).map(|body| (tag, body))
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    let Ok((tag, body)) = read else {
+        return (StatusCode::NOT_FOUND, "not found\n").into_response();
+    };
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
+    let validators = [
+        (header::CONTENT_TYPE, content_type.to_owned()),
+        (header::CACHE_CONTROL, "no-cache".to_owned()),
+        (header::ETAG, tag),
+    ];
+    if fresh {
+        return (StatusCode::NOT_MODIFIED, validators).into_response();
     }
+    (validators, body).into_response()
+}
+
+/// A static file's entity tag: its size and modification time (nanoseconds), which change
+/// when the file is rebuilt.
+fn entity_tag(meta: &std::fs::Metadata) -> String {
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!("\"{:x}-{:x}\"", meta.len(), modified)
 }
 
 /// The `content-type` a static file is served with, from its extension (a web app's shell:

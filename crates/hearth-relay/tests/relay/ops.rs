@@ -241,3 +241,53 @@ async fn metrics_can_require_a_bearer_token() {
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     assert!(r.contains("hearth_"), "{r}");
 }
+
+/// `--static-dir` files carry a validator: asked again with it, an unchanged file is `304
+/// Not Modified` (so the browser keeps its cached response, and Chrome the wasm it compiled
+/// from it); a rebuilt file is served whole with a new one.
+#[tokio::test]
+async fn static_files_are_revalidated_not_sent_again() {
+    let site = TempDir::new("site");
+    let file = site.path().join("hearth_bg.wasm");
+    std::fs::write(&file, b"\0asm first build").unwrap();
+    let site_arg = site.path().to_str().unwrap().to_owned();
+    let relay = Relay::fresh(&["--static-dir", &site_arg]);
+    let get = |if_none_match: Option<String>| async move {
+        let mut stream = within(tokio::net::TcpStream::connect(relay.addr))
+            .await
+            .unwrap();
+        let header = if_none_match.map_or(String::new(), |t| format!("If-None-Match: {t}\r\n"));
+        let req = format!(
+            "GET /hearth_bg.wasm HTTP/1.1\r\nHost: {}\r\n{header}Connection: close\r\n\r\n",
+            relay.addr
+        );
+        within(stream.write_all(req.as_bytes())).await.unwrap();
+        let mut buf = Vec::new();
+        within(stream.read_to_end(&mut buf)).await.unwrap();
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    let etag = |r: &str| {
+        r.lines()
+            .find_map(|l| l.strip_prefix("etag: "))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_else(|| panic!("no etag in {r}"))
+    };
+    let first = get(None).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(first.contains("cache-control: no-cache"), "{first}");
+    assert!(first.ends_with("\0asm first build"), "{first}");
+    let tag = etag(&first);
+    let again = get(Some(tag.clone())).await;
+    assert!(again.starts_with("HTTP/1.1 304"), "{again}");
+    assert!(!again.contains("first build"), "a 304 has no body: {again}");
+    assert_eq!(etag(&again), tag);
+    // Another tag (an older build's) gets the file.
+    let other = get(Some("\"0-0\"".into())).await;
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
+    // Rebuilt: a new tag, and the old one no longer matches.
+    std::fs::write(&file, b"\0asm the second build").unwrap();
+    let rebuilt = get(Some(tag.clone())).await;
+    assert!(rebuilt.starts_with("HTTP/1.1 200"), "{rebuilt}");
+    assert!(rebuilt.ends_with("\0asm the second build"), "{rebuilt}");
+    assert_ne!(etag(&rebuilt), tag);
+}
