@@ -759,6 +759,9 @@ proptest! {
     fn random_files_round_trip(file in index_file()) {
         let printed = file.to_json();
         prop_assert_eq!(parse_index_file(&printed), Ok(file.clone()), "{}", printed);
+        // Strict JSON takes the fast parser, JSON5 (here a comment) the other: the same file.
+        let commented = format!("// hand edited\n{printed}");
+        prop_assert_eq!(parse_index_file(&commented), Ok(file.clone()), "{}", commented);
         for index in &file.indexes {
             let wrapped = format!("{{\"indexes\":[ {} ]}}", index.to_json_entry());
             prop_assert_eq!(parse_index_file(&wrapped).map(|f| f.indexes), Ok(vec![index.clone()]));
