@@ -478,16 +478,22 @@ pub async fn raw_send(ws: &mut RawSocket, m: Message) {
     let _ = within(ws.send(m)).await;
 }
 
-/// A plain HTTP/1.1 GET on loopback: (status code, body).
-pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+/// A plain HTTP/1.1 GET on loopback with extra `headers` (each line ending in `\r\n`): the
+/// whole response, status line and headers included.
+pub async fn http_get_raw(addr: SocketAddr, path: &str, headers: &str) -> String {
     let mut stream = within(tokio::net::TcpStream::connect(addr))
         .await
         .expect("connecting for HTTP");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
     within(stream.write_all(req.as_bytes())).await.unwrap();
     let mut buf = Vec::new();
     within(stream.read_to_end(&mut buf)).await.unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status code, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let text = http_get_raw(addr, path, "").await;
     let status = text
         .split_whitespace()
         .nth(1)

@@ -4,8 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use hearth_client::ClientError;
 use hearth_core::mutation::Mutation;
 use hearth_core::path::DocumentName;
@@ -214,18 +212,8 @@ async fn sigterm_closes_a_connection_whose_client_stopped_reading() {
 async fn metrics_can_require_a_bearer_token() {
     let relay = Relay::fresh(&["--metrics-token", "t0k3n"]);
     let get = |auth: Option<&'static str>| async move {
-        let mut stream = within(tokio::net::TcpStream::connect(relay.addr))
-            .await
-            .unwrap();
         let header = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
-        let req = format!(
-            "GET /metrics HTTP/1.1\r\nHost: {}\r\n{header}Connection: close\r\n\r\n",
-            relay.addr
-        );
-        within(stream.write_all(req.as_bytes())).await.unwrap();
-        let mut buf = Vec::new();
-        within(stream.read_to_end(&mut buf)).await.unwrap();
-        String::from_utf8_lossy(&buf).into_owned()
+        http_get_raw(relay.addr, "/metrics", &header).await
     };
     for auth in [
         None,
@@ -253,18 +241,8 @@ async fn static_files_are_revalidated_not_sent_again() {
     let site_arg = site.path().to_str().unwrap().to_owned();
     let relay = Relay::fresh(&["--static-dir", &site_arg]);
     let get = |if_none_match: Option<String>| async move {
-        let mut stream = within(tokio::net::TcpStream::connect(relay.addr))
-            .await
-            .unwrap();
         let header = if_none_match.map_or(String::new(), |t| format!("If-None-Match: {t}\r\n"));
-        let req = format!(
-            "GET /hearth_bg.wasm HTTP/1.1\r\nHost: {}\r\n{header}Connection: close\r\n\r\n",
-            relay.addr
-        );
-        within(stream.write_all(req.as_bytes())).await.unwrap();
-        let mut buf = Vec::new();
-        within(stream.read_to_end(&mut buf)).await.unwrap();
-        String::from_utf8_lossy(&buf).into_owned()
+        http_get_raw(relay.addr, "/hearth_bg.wasm", &header).await
     };
     let etag = |r: &str| {
         r.lines()
