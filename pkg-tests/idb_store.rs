@@ -1,6 +1,7 @@
 //! Browser tests of the IndexedDB store (`client::idb_store`) in a window: round trips,
 //! scans checked against `MemStore`, atomic batches, reopen, delete, blocked upgrades, the
-//! schema-1 upgrade, and a write/scan benchmark whose figures are printed.
+//! schema-1 upgrade, the memory of documents (`idb_memo.rs`), and a write/scan benchmark whose
+//! figures are printed.
 #![cfg(target_arch = "wasm32")]
 // Tests unwrap: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -9,6 +10,9 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 #[path = "idb_store_suite.rs"]
 mod suite;
+
+#[path = "idb_memo.rs"]
+mod memo;
 
 use hearth::client::idb_store::{IdbStore, ScanMethod, WriteOp, SCHEMA_VERSION};
 use hearth_core::kv::{KeyRange, KvRead, Table};

@@ -709,7 +709,7 @@ async fn schema_1_upgrades_keeping_documents() {
 /// Counts the requests made on object stores (not indexes) from now on, by method: `get`,
 /// `getAll`, `getAllKeys`, `getAllRecords`, `openCursor`. Returns a function that puts the
 /// methods back and gives the counts (an object; a method never called is absent).
-fn count_store_requests() -> js_sys::Function {
+pub(crate) fn count_store_requests() -> js_sys::Function {
     let install = js_sys::Function::new_no_args(
         "const p = IDBObjectStore.prototype; const saved = {}; const n = {};
          for (const m of ['get', 'getAll', 'getAllKeys', 'getAllRecords', 'openCursor']) {
@@ -723,7 +723,7 @@ fn count_store_requests() -> js_sys::Function {
 }
 
 /// Ends a count begun by [`count_store_requests`]: (gets, range reads).
-fn counted(done: js_sys::Function) -> (f64, f64) {
+pub(crate) fn counted(done: js_sys::Function) -> (f64, f64) {
     let n = done.call0(&JsValue::NULL).unwrap();
     let of = |m: &str| Reflect::get(&n, &m.into()).unwrap().as_f64().unwrap_or(0.0);
     (

@@ -72,9 +72,13 @@ pub struct Db {
     pub(crate) tabs: RefCell<Option<super::Tabs>>,
 }
 
-/// Opens the engine in this context.
-async fn open_local(name: &str, o: &Options) -> Result<Local, ClientError> {
+/// Opens the engine in this context. `sole_writer`: this context holds the leader lock, so
+/// no other context writes the database (its documents are then also kept in memory).
+async fn open_local(name: &str, o: &Options, sole_writer: bool) -> Result<Local, ClientError> {
     let engine = Engine::open(name, o.indexes.clone(), o.relay.is_some(), o.cache_budget).await?;
+    if sole_writer {
+        engine.store.keep_in_memory();
+    }
     let sync = match &o.relay {
         None => None,
         Some(url) => {
@@ -113,7 +117,7 @@ impl Db {
             None
         };
         let role = if lead.is_some() || !origin::available() {
-            match open_local(&name, &options).await {
+            match open_local(&name, &options, lead.is_some()).await {
                 Ok(l) => Role::Local(l),
                 Err(e) => {
                     if let Some(release) = lead {
@@ -218,7 +222,7 @@ impl Db {
     /// The leader went: open the engine here, hand it what the old one had not answered,
     /// and move every listener to it.
     async fn take_lead(self: Rc<Self>, release: Function) {
-        let local = match open_local(&self.name, &self.options).await {
+        let local = match open_local(&self.name, &self.options, true).await {
             Ok(l) => l,
             Err(e) => {
                 web_sys::console::error_1(&e.to_js());

@@ -69,6 +69,7 @@
 
 mod events;
 mod js;
+mod memo;
 mod ops;
 mod read;
 
@@ -82,6 +83,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Event, IdbDatabase, IdbTransaction};
 
 use self::events::{OpenEvents, OpenOutcome, RequestEvents, TxEvents};
+use self::memo::{Memo, Touched};
 use crate::client::error::ClientError;
 use hearth_core::kv::KeyRange;
 
@@ -119,7 +121,10 @@ struct Inner {
     /// once makes one transaction, not two thousand). Forgotten when the task ends or a
     /// write transaction is made, so a read begun after a write sees it; a read that finds
     /// it gone inactive takes a fresh one ([`IdbRead`]).
-    shared_read: RefCell<Option<IdbTransaction>>,
+    shared_read: RefCell<Option<(IdbTransaction, u64)>>,
+    /// The documents read or written last (`memo`), while this connection is the database's
+    /// one writer.
+    memo: RefCell<Memo>,
 }
 
 /// What runs when another context's upgrade closed the connection.
@@ -267,6 +272,7 @@ impl IdbStore {
                 has_get_all_records: js::has_get_all_records(),
                 scan_method: Cell::new(ScanMethod::Auto),
                 shared_read: RefCell::new(None),
+                memo: RefCell::default(),
             }),
         })
     }
@@ -304,6 +310,14 @@ impl IdbStore {
     pub fn close(&self) {
         self.inner.closed.set(Closed::ByCaller);
         self.inner.db.close();
+        self.inner.memo.borrow_mut().turn_off();
+    }
+
+    /// Keeps the documents read or written last in memory, so that reading one again makes
+    /// no request (see `memo`). Only for the database's one writer: every write of
+    /// `documents` must go through this connection (the holder of the origin's leader lock).
+    pub fn keep_in_memory(&self) {
+        self.inner.memo.borrow_mut().turn_on();
     }
 
     /// The Hearth database name.
@@ -314,11 +328,12 @@ impl IdbStore {
     /// A read view over `documents` (and its indexes), `remote` and `meta`.
     pub async fn read(&self) -> Result<IdbRead, ClientError> {
         let shared = self.inner.shared_read.borrow().clone();
-        let tx = match shared {
-            Some(tx) => tx,
+        let (tx, generation) = match shared {
+            Some(shared) => shared,
             None => {
                 let tx = self.read_tx().map_err(|e| self.error("reading", &e))?;
-                *self.inner.shared_read.borrow_mut() = Some(tx.clone());
+                let generation = self.inner.memo.borrow().generation();
+                *self.inner.shared_read.borrow_mut() = Some((tx.clone(), generation));
                 let inner = Rc::downgrade(&self.inner);
                 wasm_bindgen_futures::spawn_local(async move {
                     // A timer's callback runs in a later task.
@@ -327,10 +342,10 @@ impl IdbStore {
                         inner.shared_read.borrow_mut().take();
                     }
                 });
-                tx
+                (tx, generation)
             }
         };
-        Ok(IdbRead::new(self.clone(), tx))
+        Ok(IdbRead::new(self.clone(), tx, generation))
     }
 
     /// Applies `ops` in order in one readwrite transaction, and returns once it has completed
@@ -418,11 +433,21 @@ impl IdbStore {
         let mut scope = scope.to_vec();
         scope.sort();
         scope.dedup();
+        let generation = self.inner.memo.borrow_mut().begin_write();
         let tx = self.write_tx(&scope, durability, WRITING)?;
         let events = TxEvents::new(&tx);
-        if let Err(stopped) = ops::apply(&tx, &scope, ops) {
+        let mut touched = Touched::new();
+        let memo = &self.inner.memo;
+        let ops = ops.into_iter().inspect(|op| {
+            if let Ok(op) = op {
+                memo.borrow_mut().touch(generation, op, &mut touched);
+            }
+        });
+        let applied = ops::apply(&tx, &scope, ops);
+        if let Err(stopped) = applied {
             // An op that could not even be requested: undo the ones made before it.
             let _ = tx.abort();
+            memo.borrow_mut().finish_write(generation, touched, false);
             let _ = events.done().await;
             return Err(match stopped {
                 ops::Stopped::Request(i, e) => self.error(&format!("{WRITING}: operation {i}"), &e),
@@ -433,7 +458,9 @@ impl IdbStore {
         }
         Ok(WriteInFlight {
             store: self.clone(),
-            events,
+            events: Some(events),
+            generation,
+            touched,
         })
     }
 
@@ -625,17 +652,38 @@ pub struct WriteInFlight {
     /// The store, for its error messages; it also keeps the connection open until the write
     /// is done.
     store: IdbStore,
-    /// The transaction's `complete` or `abort`.
-    events: TxEvents,
+    /// The transaction's `complete` or `abort` (taken by `done`).
+    events: Option<TxEvents>,
+    /// The memo's generation of the transaction.
+    generation: u64,
+    /// The documents it writes, back to the memo once it committed.
+    touched: Touched,
 }
 
 impl WriteInFlight {
     /// Waits until the batch is on disk (all of it), or fails with nothing applied.
-    pub async fn done(self) -> Result<(), ClientError> {
-        self.events
-            .done()
-            .await
-            .map_err(|e| self.store.error(WRITING, &e))
+    pub async fn done(mut self) -> Result<(), ClientError> {
+        let Some(events) = self.events.take() else {
+            return Ok(());
+        };
+        let done = events.done().await;
+        let touched = std::mem::take(&mut self.touched);
+        self.store
+            .inner
+            .memo
+            .borrow_mut()
+            .finish_write(self.generation, touched, done.is_ok());
+        done.map_err(|e| self.store.error(WRITING, &e))
+    }
+}
+
+impl Drop for WriteInFlight {
+    /// Not waited for: its documents are read from IndexedDB until written again.
+    fn drop(&mut self) {
+        let touched = std::mem::take(&mut self.touched);
+        if let Ok(mut memo) = self.store.inner.memo.try_borrow_mut() {
+            memo.finish_write(self.generation, touched, false);
+        }
     }
 }
 

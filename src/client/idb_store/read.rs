@@ -1,6 +1,6 @@
 //! [`IdbRead`]: the core's [`KvRead`] over IndexedDB, plus reads of `remote` and `meta`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use js_sys::Array;
@@ -58,6 +58,8 @@ pub struct IdbRead {
     tx: RefCell<IdbTransaction>,
     /// Document key → record, from `entries` scans.
     prefetched: RefCell<HashMap<Vec<u8>, JsValue>>,
+    /// The store's memo generation when `tx` was made: the memo entries `tx` may see.
+    generation: Cell<u64>,
 }
 
 /// What a scan reads: a store by its keys, or the `entries` index by index key.
@@ -100,11 +102,12 @@ fn on_source<R>(
 }
 
 impl IdbRead {
-    pub(super) fn new(store: IdbStore, tx: IdbTransaction) -> IdbRead {
+    pub(super) fn new(store: IdbStore, tx: IdbTransaction, generation: u64) -> IdbRead {
         IdbRead {
             store,
             tx: RefCell::new(tx),
             prefetched: RefCell::new(HashMap::new()),
+            generation: Cell::new(generation),
         }
     }
 
@@ -153,7 +156,32 @@ impl IdbRead {
         let tx = self.store.read_tx()?;
         let made = tx.object_store(store.name()).and_then(|s| make(&s))?;
         *self.tx.borrow_mut() = tx;
+        self.generation
+            .set(self.store.inner.memo.borrow().generation());
         Ok(made)
+    }
+
+    /// The bytes of a document the memo holds for this read's transaction.
+    fn remembered(&self, store: Store, key: &[u8]) -> Option<Vec<u8>> {
+        if store != Store::Documents || self.store.check_open().is_err() {
+            return None;
+        }
+        self.store
+            .inner
+            .memo
+            .borrow()
+            .get(key, self.generation.get())
+    }
+
+    /// Tells the memo what IndexedDB answered for a document.
+    fn remember(&self, store: Store, key: &[u8], value: &Option<Vec<u8>>) {
+        if let (Store::Documents, Some(value)) = (store, value) {
+            self.store
+                .inner
+                .memo
+                .borrow_mut()
+                .read(key, value, self.generation.get());
+        }
     }
 
     /// Several gets on one transaction: the records an `entries` scan of this read returned
@@ -169,6 +197,7 @@ impl IdbRead {
             .map(|k| {
                 self.take_prefetched(store, k)
                     .map(|record| stored_value(store, &record))
+                    .or_else(|| self.remembered(store, k).map(Some))
             })
             .collect();
         let missing: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
@@ -177,6 +206,7 @@ impl IdbRead {
             .into_iter()
             .zip(self.get_unread(store, &wanted).await?)
         {
+            self.remember(store, &keys[i], &value);
             out[i] = Some(value);
         }
         Ok(out.into_iter().map(Option::flatten).collect())
@@ -251,10 +281,14 @@ impl IdbRead {
         if let Some(record) = self.take_prefetched(store, key) {
             return Ok(stored_value(store, &record));
         }
-        let key = js::bytes(key);
-        let events = RequestEvents::new(self.request(store, |s| s.get(&key))?);
-        let value = events.next().await?;
-        Ok(stored_value(store, &value))
+        if let Some(value) = self.remembered(store, key) {
+            return Ok(Some(value));
+        }
+        let js_key = js::bytes(key);
+        let events = RequestEvents::new(self.request(store, |s| s.get(&js_key))?);
+        let value = stored_value(store, &events.next().await?);
+        self.remember(store, key, &value);
+        Ok(value)
     }
 
     /// A document record an `entries` scan of this read returned.

@@ -1,0 +1,116 @@
+//! The store's memory of documents (`IdbStore::keep_in_memory`), checked against IndexedDB:
+//! a second connection to the same database, which keeps nothing in memory, reads what is
+//! committed; the remembering one must read the same at every step.
+
+use hearth::client::idb_store::{IdbStore, Store, WriteOp};
+use hearth_core::kv::{KvRead, Table};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+
+use crate::suite::{doc, fresh, Rng};
+
+/// A batch IndexedDB refuses once its requests are made (a reversed range: `DataError`).
+fn refused() -> WriteOp {
+    WriteOp::DeleteRange {
+        store: Store::Remote,
+        start: b"z".to_vec(),
+        end: b"a".to_vec(),
+    }
+}
+
+/// What a fresh read of `key` gives.
+async fn read(s: &IdbStore, key: &[u8]) -> Option<Vec<u8>> {
+    let r = s.read().await.unwrap();
+    r.get(Table::Documents, key).await.unwrap()
+}
+
+/// A remembered document is read without a request; a batch that fails leaves the last
+/// committed bytes, never its own.
+#[wasm_bindgen_test]
+async fn a_failed_write_is_never_read_from_memory() {
+    let s = fresh("t-memo").await;
+    s.keep_in_memory();
+    s.write(vec![doc(b"k", b"v1", &[])]).await.unwrap();
+    let done = crate::suite::count_store_requests();
+    assert_eq!(read(&s, b"k").await.as_deref(), Some(&b"v1"[..]));
+    assert_eq!(
+        crate::suite::counted(done),
+        (0.0, 0.0),
+        "a written document is read from memory"
+    );
+    let err = s
+        .write(vec![doc(b"k", b"v2", &[]), refused()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().as_str(), "invalid-argument", "{err}");
+    assert_eq!(read(&s, b"k").await.as_deref(), Some(&b"v1"[..]));
+    // A write whose requests are made but not yet done: reads go to IndexedDB, which
+    // orders them after it.
+    let w = s
+        .begin_write(&[Store::Documents], [Ok(doc(b"k", b"v3", &[]))])
+        .await
+        .unwrap();
+    assert_eq!(read(&s, b"k").await.as_deref(), Some(&b"v3"[..]));
+    w.done().await.unwrap();
+    assert_eq!(read(&s, b"k").await.as_deref(), Some(&b"v3"[..]));
+    s.close();
+    IdbStore::delete("t-memo").await.unwrap();
+}
+
+/// Writes begun and finished in random order (some of them refused), reads in between, and
+/// range deletions: the remembering connection always reads what a plain connection reads.
+#[wasm_bindgen_test]
+async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
+    let seed = 0x6d65_6d6f ^ (js_sys::Date::now() as u64);
+    console_log!("memory_agrees_with_indexeddb_under_overlapping_writes: seed {seed:#x}");
+    let mut rng = Rng(seed | 1);
+    let s = fresh("t-memo-model").await;
+    s.keep_in_memory();
+    let plain = IdbStore::open("t-memo-model").await.unwrap();
+    let key = |i: u64| format!("d{i}").into_bytes();
+    let mut in_flight = Vec::new();
+    for step in 0..300u32 {
+        match rng.below(10) {
+            0..=3 => {
+                let k = key(rng.below(6));
+                let value = format!("v{step}").into_bytes();
+                let mut ops = vec![Ok(doc(&k, &value, &[]))];
+                match rng.below(8) {
+                    0 => ops.push(Ok(refused())),
+                    1 => ops.push(Ok(WriteOp::Delete {
+                        store: Store::Documents,
+                        key: hearth::client::idb_store::Key::Bytes(key(rng.below(6))),
+                    })),
+                    2 => ops.push(Ok(WriteOp::DeleteRange {
+                        store: Store::Documents,
+                        start: key(0),
+                        end: key(3),
+                    })),
+                    _ => {}
+                }
+                let scope = [Store::Documents, Store::Remote];
+                in_flight.push(s.begin_write(&scope, ops).await);
+            }
+            4..=5 if !in_flight.is_empty() => {
+                let w = in_flight.remove(rng.below(in_flight.len() as u64) as usize);
+                if let Ok(w) = w {
+                    let _ = w.done().await;
+                }
+            }
+            _ => {
+                let k = key(rng.below(6));
+                let (got, want) = (read(&s, &k).await, read(&plain, &k).await);
+                assert_eq!(got, want, "seed {seed:#x}, step {step}, key {k:?}");
+            }
+        }
+    }
+    for w in in_flight.into_iter().flatten() {
+        let _ = w.done().await;
+    }
+    for i in 0..6 {
+        let (got, want) = (read(&s, &key(i)).await, read(&plain, &key(i)).await);
+        assert_eq!(got, want, "seed {seed:#x}, at the end, key {i}");
+    }
+    plain.close();
+    s.close();
+    IdbStore::delete("t-memo-model").await.unwrap();
+}
