@@ -73,6 +73,10 @@ fn link_tabs(db: &Rc<Db>) {
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
             let Some(engine) = weak.upgrade() else { return };
+            // Another engine writes this database (a context without Web Locks, or a
+            // build from before one engine per origin): what this one remembers of
+            // its documents may be out of date from now on.
+            engine.store.forget_memory();
             let data = e.data();
             // Another context took the relay's answer to a batch this one may be
             // waiting on (`tabs::decode_settled`).

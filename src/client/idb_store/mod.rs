@@ -320,6 +320,11 @@ impl IdbStore {
         self.inner.memo.borrow_mut().turn_on();
     }
 
+    /// Stops [`IdbStore::keep_in_memory`] for good: another context writes the database.
+    pub fn forget_memory(&self) {
+        self.inner.memo.borrow_mut().turn_off();
+    }
+
     /// The Hearth database name.
     pub fn name(&self) -> &str {
         &self.inner.name
