@@ -114,3 +114,97 @@ async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
     s.close();
     IdbStore::delete("t-memo-model").await.unwrap();
 }
+
+/// Scans of the `entries` index (documents with several entries in one range among them)
+/// agree with a plain connection's, in both directions and with limits, whether the memo
+/// holds every document found (written since it was turned on), some, or none.
+#[wasm_bindgen_test]
+async fn index_scans_from_memory_agree_with_indexeddb() {
+    use hearth_core::kv::KeyRange;
+    let seed = 0x5ca7 ^ (js_sys::Date::now() as u64);
+    console_log!("index_scans_from_memory_agree_with_indexeddb: seed {seed:#x}");
+    let mut rng = Rng(seed | 1);
+    let s = fresh("t-memo-scan").await;
+    // Index keys end with their document's key, so each belongs to one document; a few
+    // prefixes make ranges that hold several entries of one document.
+    let random_doc = |rng: &mut Rng, i: u64| {
+        let key = format!("d{i:02}").into_bytes();
+        let index_keys: Vec<Vec<u8>> = (0..rng.below(4))
+            .map(|_| {
+                let mut k = vec![b"abc"[rng.below(3) as usize], rng.below(4) as u8];
+                k.extend_from_slice(&key);
+                k
+            })
+            .collect();
+        let value = format!("v{}", rng.next() % 1000).into_bytes();
+        WriteOp::PutDocument {
+            key,
+            value,
+            index_keys,
+            used: 0.0,
+        }
+    };
+    let before: Vec<WriteOp> = (0..20).map(|i| random_doc(&mut rng, i)).collect();
+    s.write(before).await.unwrap();
+    s.keep_in_memory();
+    let plain = IdbStore::open("t-memo-scan").await.unwrap();
+    let mut scans = 0;
+    for round in 0..250u32 {
+        if rng.below(3) == 0 {
+            let batch: Vec<WriteOp> = (0..1 + rng.below(4))
+                .map(|_| match rng.below(6) {
+                    0 => WriteOp::Delete {
+                        store: Store::Documents,
+                        key: hearth::client::idb_store::Key::Bytes(
+                            format!("d{:02}", rng.below(40)).into_bytes(),
+                        ),
+                    },
+                    _ => {
+                        let i = rng.below(40);
+                        random_doc(&mut rng, i)
+                    }
+                })
+                .collect();
+            s.write(batch).await.unwrap();
+            continue;
+        }
+        let prefix = |rng: &mut Rng| {
+            let mut p = vec![b"abc"[rng.below(3) as usize]];
+            if rng.below(2) == 0 {
+                p.push(rng.below(4) as u8);
+            }
+            p
+        };
+        let range = match rng.below(3) {
+            0 => KeyRange::prefix(&prefix(&mut rng)),
+            1 => KeyRange {
+                start: prefix(&mut rng),
+                end: None,
+            },
+            _ => KeyRange {
+                start: prefix(&mut rng),
+                end: Some(prefix(&mut rng)),
+            },
+        };
+        let reverse = rng.below(2) == 0;
+        let limit = match rng.below(3) {
+            0 => usize::MAX,
+            _ => 1 + rng.below(10) as usize,
+        };
+        let (a, b) = (s.read().await.unwrap(), plain.read().await.unwrap());
+        let got = a.scan(Table::Index, &range, reverse, limit).await.unwrap();
+        let want = b.scan(Table::Index, &range, reverse, limit).await.unwrap();
+        let at =
+            format!("seed {seed:#x}, round {round}, {range:?} reverse={reverse} limit={limit}");
+        assert_eq!(got, want, "{at}");
+        let docs: Vec<Vec<u8>> = (0..40).map(|i| format!("d{i:02}").into_bytes()).collect();
+        let got = a.get_many(Table::Documents, &docs).await.unwrap();
+        let want = b.get_many(Table::Documents, &docs).await.unwrap();
+        assert_eq!(got, want, "documents after the scan, {at}");
+        scans += 1;
+    }
+    console_log!("index_scans_from_memory_agree_with_indexeddb: {scans} scans agreed");
+    plain.close();
+    s.close();
+    IdbStore::delete("t-memo-scan").await.unwrap();
+}

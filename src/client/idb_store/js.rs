@@ -34,6 +34,10 @@ extern "C" {
     type Index;
     #[wasm_bindgen(method, catch, js_name = getAllRecords)]
     fn get_all_records(this: &Index, options: &Object) -> Result<IdbRequest, JsValue>;
+    /// `IDBIndex.getAllKeys({query, count, direction})` (IndexedDB 3.0, with getAllRecords):
+    /// the primary keys of a range, in either direction.
+    #[wasm_bindgen(method, catch, js_name = getAllKeys)]
+    fn get_all_keys(this: &Index, options: &Object) -> Result<IdbRequest, JsValue>;
 
     /// One element of `getAllRecords`' result.
     pub(super) type IdbRecord;
@@ -72,6 +76,21 @@ pub(super) fn index_get_all_records(
     options: &Object,
 ) -> Result<IdbRequest, JsValue> {
     index.unchecked_ref::<Index>().get_all_records(options)
+}
+
+/// `index.getAllKeys(options)`; only where [`has_get_all_records`].
+pub(super) fn index_get_all_keys(
+    index: &IdbIndex,
+    options: &Object,
+) -> Result<IdbRequest, JsValue> {
+    index.unchecked_ref::<Index>().get_all_keys(options)
+}
+
+/// The index entry keys of a `documents` record (`None` for a schema-1 record).
+pub(super) fn record_index_keys(record: &JsValue) -> Option<Vec<Vec<u8>>> {
+    let keys = Reflect::get(record, &crate::client::js::interned(RECORD_KEYS)).ok()?;
+    let keys = keys.dyn_ref::<Array>()?;
+    Some(keys.iter().map(|k| to_bytes(&k)).collect())
 }
 
 /// A record of `documents`: `{d, k, t}`, where `d` is the encoded document, `k` the array of

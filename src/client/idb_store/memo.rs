@@ -15,8 +15,12 @@
 //!   IndexedDB, on its own transaction, as without the memo.
 //! - A read puts what IndexedDB answered only if no write began since its transaction was
 //!   made (the answer is then the newest committed state).
-//! - A range deletion of `documents` empties the memo, and no write begun before it puts
-//!   anything back.
+//! - A range deletion of `documents` empties the memo, and no write begun before it (or
+//!   the deleting write itself) puts anything back.
+//!
+//! An entry written by this connection, or read whole with its record, also holds the
+//! document's index entry keys: a scan of the `entries` index then asks IndexedDB only for
+//! the documents' keys, and takes the index keys and documents from here.
 //!
 //! The memo holds at most [`MEMO_BUDGET`] bytes (keys, values and a fixed overhead per
 //! entry), first in, first out.
@@ -27,14 +31,35 @@ use std::collections::{HashMap, VecDeque};
 
 use super::ops::{Store, WriteOp};
 
-/// Bytes the memo may hold: about 15,000 documents of 150 bytes.
-pub const MEMO_BUDGET: usize = 4 << 20;
+/// Bytes the memo may hold: about 11,000 documents of 150 bytes with 8 index keys.
+pub const MEMO_BUDGET: usize = 8 << 20;
 
 /// What an entry costs beyond its key and value (the map's slot, the queue's copy of the key).
 const ENTRY_OVERHEAD: usize = 64;
 
-/// The documents a write transaction touched: each key with its new bytes (`None`: deleted).
-pub(super) type Touched = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+/// Scans made the usual way after one that tried the memo and missed.
+const SCAN_REST: u32 = 8;
+
+/// What an index key costs beyond its bytes.
+const INDEX_KEY_OVERHEAD: usize = 16;
+
+/// A document as the memo holds it: its encoded bytes, and its index entry keys if known.
+pub(super) struct Remembered {
+    pub value: Vec<u8>,
+    pub index_keys: Option<Vec<Vec<u8>>>,
+}
+
+impl Remembered {
+    fn size(&self, key: &[u8]) -> usize {
+        let index = self.index_keys.as_ref().map_or(0, |ks| {
+            ks.iter().map(|k| k.len() + INDEX_KEY_OVERHEAD).sum()
+        });
+        key.len() + self.value.len() + index + ENTRY_OVERHEAD
+    }
+}
+
+/// The documents a write transaction touched: each key with what it wrote (`None`: deleted).
+pub(super) type Touched = Vec<(Vec<u8>, Option<Remembered>)>;
 
 /// See the module doc.
 #[derive(Default)]
@@ -43,7 +68,8 @@ pub(super) struct Memo {
     on: bool,
     /// Write transactions made so far.
     generation: u64,
-    /// No write older than this may put anything back (a range deletion's generation).
+    /// The last range deletion's generation: no write of it or before it puts anything
+    /// back, no read begun before it either.
     barrier: u64,
     entries: HashMap<Vec<u8>, Entry>,
     /// Keys in the order they were put, with the stamp of that put (stale ones are skipped).
@@ -54,10 +80,12 @@ pub(super) struct Memo {
     bytes: usize,
     /// The next put's stamp.
     stamp: u64,
+    /// Scans to make the usual way before trying the memo again, after one missed.
+    scan_rest: u32,
 }
 
 struct Entry {
-    value: Vec<u8>,
+    doc: Remembered,
     /// The generation whose reads may see it.
     generation: u64,
     stamp: u64,
@@ -95,7 +123,18 @@ impl Memo {
             return;
         }
         let (key, value) = match op {
-            WriteOp::PutDocument { key, value, .. } => (key, Some(value.clone())),
+            WriteOp::PutDocument {
+                key,
+                value,
+                index_keys,
+                ..
+            } => (
+                key,
+                Some(Remembered {
+                    value: value.clone(),
+                    index_keys: Some(index_keys.clone()),
+                }),
+            ),
             WriteOp::Delete { key, .. } => match key {
                 super::ops::Key::Bytes(key) => (key, None),
                 _ => return,
@@ -114,40 +153,68 @@ impl Memo {
     }
 
     /// Write `generation` is over: `ok` if it committed. Its documents come back unless a
-    /// later write of them began.
+    /// later write of them began; of two writes of one document in it, the last counts
+    /// (taken first, it clears the document's mark, so the earlier one is skipped).
     pub fn finish_write(&mut self, generation: u64, touched: Touched, ok: bool) {
-        for (key, value) in touched {
+        for (key, value) in touched.into_iter().rev() {
             if self.writing.get(&key) != Some(&generation) {
                 continue;
             }
             self.writing.remove(&key);
-            if let (true, true, Some(value)) = (ok, generation >= self.barrier, value) {
-                self.put(key, value, generation);
+            if let (true, true, Some(doc)) = (ok, generation > self.barrier, value) {
+                self.put(key, doc, generation);
             }
         }
     }
 
     /// The bytes of `key` as a read of `generation` sees them, if held.
     pub fn get(&self, key: &[u8], generation: u64) -> Option<Vec<u8>> {
-        let entry = self.entries.get(key)?;
-        (entry.generation <= generation).then(|| entry.value.clone())
+        self.visible(key, generation).map(|d| d.value.clone())
     }
 
-    /// A read of `generation` found `value` at `key` in IndexedDB.
-    pub fn read(&mut self, key: &[u8], value: &[u8], generation: u64) {
-        if self.on
-            && generation == self.generation
-            && generation >= self.barrier
-            && !self.writing.contains_key(key)
-            && !self.entries.contains_key(key)
-        {
-            self.put(key.to_vec(), value.to_vec(), generation);
+    /// The document at `key` as a read of `generation` sees it, if held.
+    pub fn visible(&self, key: &[u8], generation: u64) -> Option<&Remembered> {
+        let entry = self.entries.get(key)?;
+        (entry.generation <= generation).then_some(&entry.doc)
+    }
+
+    /// Whether a read of `generation` may put what it reads (see the module doc).
+    pub fn may_put(&self, generation: u64) -> bool {
+        self.on && generation == self.generation && generation >= self.barrier
+    }
+
+    /// A read of `generation` found `doc` at `key` in IndexedDB. An entry already held
+    /// stays, unless `doc` knows index keys that it lacks.
+    pub fn read(&mut self, key: &[u8], doc: Remembered, generation: u64) {
+        let known = self
+            .entries
+            .get(key)
+            .is_some_and(|e| e.doc.index_keys.is_some() || doc.index_keys.is_none());
+        if self.may_put(generation) && !self.writing.contains_key(key) && !known {
+            self.put(key.to_vec(), doc, generation);
         }
     }
 
-    fn put(&mut self, key: Vec<u8>, value: Vec<u8>, generation: u64) {
+    /// Whether a scan should try the memo first; after a miss, the next scans do not.
+    pub fn try_scan(&mut self) -> bool {
+        if !self.on {
+            return false;
+        }
+        if self.scan_rest > 0 {
+            self.scan_rest -= 1;
+            return false;
+        }
+        true
+    }
+
+    /// A scan found a document the memo lacks.
+    pub fn scan_missed(&mut self) {
+        self.scan_rest = SCAN_REST;
+    }
+
+    fn put(&mut self, key: Vec<u8>, doc: Remembered, generation: u64) {
         self.remove(&key);
-        let size = key.len() + value.len() + ENTRY_OVERHEAD;
+        let size = doc.size(&key);
         if size > MEMO_BUDGET / 16 {
             return;
         }
@@ -157,7 +224,7 @@ impl Memo {
         self.entries.insert(
             key,
             Entry {
-                value,
+                doc,
                 generation,
                 stamp: self.stamp,
             },
@@ -179,7 +246,7 @@ impl Memo {
 
     fn remove(&mut self, key: &[u8]) {
         if let Some(e) = self.entries.remove(key) {
-            self.bytes -= key.len() + e.value.len() + ENTRY_OVERHEAD;
+            self.bytes -= e.doc.size(key);
         }
     }
 }

@@ -10,6 +10,7 @@ use web_sys::{
 };
 
 use super::events::RequestEvents;
+use super::memo::Remembered;
 use super::{js, IdbStore, Store};
 use crate::client::error::ClientError;
 use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
@@ -176,12 +177,53 @@ impl IdbRead {
     /// Tells the memo what IndexedDB answered for a document.
     fn remember(&self, store: Store, key: &[u8], value: &Option<Vec<u8>>) {
         if let (Store::Documents, Some(value)) = (store, value) {
+            let doc = Remembered {
+                value: value.clone(),
+                index_keys: None,
+            };
             self.store
                 .inner
                 .memo
                 .borrow_mut()
-                .read(key, value, self.generation.get());
+                .read(key, doc, self.generation.get());
         }
+    }
+
+    /// Tells the memo the records an `entries` scan read whole (documents and index keys).
+    fn remember_records(&self, records: &[(Vec<u8>, JsValue)]) {
+        let mut memo = self.store.inner.memo.borrow_mut();
+        let generation = self.generation.get();
+        if !memo.may_put(generation) {
+            return;
+        }
+        for (key, record) in records {
+            let doc = Remembered {
+                value: js::record_document(record),
+                index_keys: js::record_index_keys(record),
+            };
+            memo.read(key, doc, generation);
+        }
+    }
+
+    /// An `entries` scan answered from the documents' keys alone, when the memo holds every
+    /// document found with its index keys: the rows (index keys, no values), or `None` when
+    /// one is missing (the caller then scans the usual way).
+    async fn scan_remembered(
+        &self,
+        options: &js_sys::Object,
+        range: &KeyRange,
+        reverse: bool,
+    ) -> Result<Option<Vec<(Vec<u8>, JsValue)>>, JsValue> {
+        let events = RequestEvents::new(self.request(Store::Documents, |s| {
+            js::index_get_all_keys(&s.index(js::INDEX_ENTRIES)?, options)
+        })?);
+        let found: Array = events.next().await?.unchecked_into();
+        let mut memo = self.store.inner.memo.borrow_mut();
+        let rows = remembered_rows(&memo, self.generation.get(), &found, range, reverse);
+        if rows.is_none() {
+            memo.scan_missed();
+        }
+        Ok(rows)
     }
 
     /// Several gets on one transaction: the records an `entries` scan of this read returned
@@ -361,6 +403,14 @@ impl IdbRead {
                     ("count", &JsValue::from(count)),
                     ("direction", &JsValue::from(direction)),
                 ]);
+                let remembered = source == Source::Entries
+                    && self.store.check_open().is_ok()
+                    && self.store.inner.memo.borrow_mut().try_scan();
+                if remembered {
+                    if let Some(rows) = self.scan_remembered(&options, range, reverse).await? {
+                        return Ok(rows);
+                    }
+                }
                 let events = RequestEvents::new(self.request(store, |s| {
                     on_source(
                         s,
@@ -370,18 +420,29 @@ impl IdbRead {
                     )
                 })?);
                 let records: Array = events.next().await?.unchecked_into();
-                let mut prefetched = self.prefetched.borrow_mut();
-                Ok(records
-                    .iter()
-                    .map(|r| {
-                        let r: js::IdbRecord = r.unchecked_into();
-                        let value = r.value();
-                        if source == Source::Entries && prefetched.len() < PREFETCH_CAP {
-                            prefetched.insert(js::to_bytes(&r.primary_key()), value.clone());
-                        }
-                        (js::to_bytes(&r.key()), value)
-                    })
-                    .collect())
+                let mut whole = Vec::new();
+                let rows = {
+                    let mut prefetched = self.prefetched.borrow_mut();
+                    records
+                        .iter()
+                        .map(|r| {
+                            let r: js::IdbRecord = r.unchecked_into();
+                            let value = r.value();
+                            if source == Source::Entries {
+                                let key = js::to_bytes(&r.primary_key());
+                                if remembered {
+                                    whole.push((key.clone(), value.clone()));
+                                }
+                                if prefetched.len() < PREFETCH_CAP {
+                                    prefetched.insert(key, value.clone());
+                                }
+                            }
+                            (js::to_bytes(&r.key()), value)
+                        })
+                        .collect()
+                };
+                self.remember_records(&whole);
+                Ok(rows)
             }
             ScanMethod::GetAll => {
                 let query = idb_range(range)?;
@@ -483,6 +544,45 @@ impl IdbRead {
     fn kv_error(&self, what: &str, e: &JsValue) -> KvError {
         KvError(self.store.error(what, e).message)
     }
+}
+
+/// The rows of an `entries` scan that found the documents `found` (their keys, in scan
+/// order: a document once per entry of it in `range`), each entry's key taken from the
+/// document's index keys in the memo; `None` if one is not held with them, or they do not
+/// account for the scan (then it is made the usual way).
+fn remembered_rows(
+    memo: &super::memo::Memo,
+    generation: u64,
+    found: &Array,
+    range: &KeyRange,
+    reverse: bool,
+) -> Option<Vec<(Vec<u8>, JsValue)>> {
+    let mut seen: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut rows: Vec<(Vec<u8>, JsValue)> = Vec::with_capacity(found.length() as usize);
+    for key in found.iter() {
+        let key = js::to_bytes(&key);
+        let keys = memo.visible(&key, generation)?.index_keys.as_ref()?;
+        let mut in_range: Vec<&Vec<u8>> = keys.iter().filter(|k| range.contains(k)).collect();
+        in_range.sort_unstable();
+        if reverse {
+            in_range.reverse();
+        }
+        let nth = seen.entry(key).or_insert(0);
+        let entry = in_range.get(*nth)?;
+        *nth += 1;
+        let ordered = rows.last().is_none_or(|(last, _)| {
+            if reverse {
+                *entry < last
+            } else {
+                *entry > last
+            }
+        });
+        if !ordered {
+            return None;
+        }
+        rows.push(((*entry).clone(), JsValue::UNDEFINED));
+    }
+    Some(rows)
 }
 
 /// `[start, end)` as an `IDBKeyRange` over binary keys (`range` is not empty).
