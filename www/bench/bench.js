@@ -12,6 +12,7 @@ export const DEFAULTS = {
   bigQueryRuns: 50, // limit-500 query runs (fewer if over bigQueryBudgetMs)
   bigQueryBudgetMs: 60000, // wall budget for the Hearth + raw limit-500 runs together
   pointRuns: 200, // point reads
+  reopenRuns: 10, // first limit-500 queries after reopening the database
   listenRuns: 30, // write -> 10 callbacks
   listeners: 10,
   warmup: 3, // untimed runs before each timed series
@@ -260,7 +261,7 @@ async function alternate(runs, warmup, hearthRun, rawRun, budgetMs = Infinity) {
   return { h, r, truncated };
 }
 
-/** Runs measurements 1–5 for Hearth and the baseline; leaves both databases filled for the
+/** Runs measurements 1–5 and 7 for Hearth and the baseline; leaves both databases filled for the
  *  cold-start measurement (6), which needs fresh pages (see coldHearth / coldRaw). */
 export async function run(options = {}) {
   const o = { ...DEFAULTS, ...options };
@@ -453,8 +454,65 @@ export async function run(options = {}) {
   const finalRaw5 = await rawQuery(raw, 5);
   check(sameIds(final5.map((x) => x.id), finalRaw5.map((x) => x.id)), 'after the listener runs, limit-5 still agrees');
   meta.finalTop5Ids = final5.map((x) => x.id);
+
+  // 7. After reopening: the engine remembers documents it wrote or read (its memory of
+  // documents), so 3. and 4. above read them from memory. A reopened database remembers
+  // nothing: its first limit-500 queries and point reads go to IndexedDB.
+  await reopenedReads(o, docs, raw, results);
   log('done');
   return { meta, results };
+}
+
+/** Measurement 7: the first limit-500 query after each of a few reopens, then point reads of
+ *  documents not read since the last reopen. */
+async function reopenedReads(o, docs, raw, results) {
+  log(`after reopening: ${o.reopenRuns} first limit-500 queries, ${o.pointRuns} point reads`);
+  const reopen = async () => {
+    await state.db.close();
+    state.db = await Hearth.open({ name: o.name, indexes: INDEXES });
+    return state.db;
+  };
+  {
+    const h = [];
+    const r = [];
+    for (let i = 0; i < o.reopenRuns; i++) {
+      const db = await reopen();
+      const t = {};
+      await hearthQuery(db, 500, t);
+      h.push(t.total);
+      const u = {};
+      await rawQueryTimed(raw, 500, u);
+      r.push(u.total);
+    }
+    results.push(measurement('query_commonstock_ts_desc_limit_500_first_after_reopen', 'ms (median)',
+      { value: stats(h).median, detail: { ms: stats(h) } },
+      { value: stats(r).median, detail: { ms: stats(r) } },
+      { runs: h.length, note: 'Hearth: the first get({source:"cache"}) + data() after Hearth.open of the database; raw: the cursor query as in 3.' }));
+  }
+  const db = await reopen();
+  const col = db.collection(COLLECTION);
+  const step = Math.max(1, Math.floor(docs.length / o.pointRuns));
+  // Other documents than 4. read, and each read once.
+  const pick = (i) => docs[(i * step + 23) % docs.length];
+  const { h, r } = await alternate(o.pointRuns, 0,
+    async (i) => {
+      const t = performance.now();
+      const d = (await col.doc(pick(i).id).get({ source: 'cache' })).data();
+      const ms = performance.now() - t;
+      if (!d || d.symbol !== pick(i).symbol) throw new Error('point read after reopen: wrong document');
+      return ms;
+    },
+    async (i) => {
+      const t = performance.now();
+      const d = await rawGet(raw, pick(i).id);
+      const ms = performance.now() - t;
+      if (!d || d.symbol !== pick(i).symbol) throw new Error('raw point read: wrong document');
+      return ms;
+    });
+  results.push(measurement('point_read_after_reopen', 'ms (median)',
+    { value: stats(h).median, detail: { ms: stats(h) } },
+    { value: stats(r).median, detail: { ms: stats(r) } },
+    { runs: h.length, note: 'Hearth: doc(id).get({source:"cache"}) + data() of documents not read since Hearth.open; raw: get() in its own readonly transaction' }));
 }
 
 /** Closes the main run's databases (before the cold-start pages open them). */

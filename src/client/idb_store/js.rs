@@ -90,7 +90,9 @@ pub(super) fn index_get_all_keys(
 pub(super) fn record_index_keys(record: &JsValue) -> Option<Vec<Vec<u8>>> {
     let keys = Reflect::get(record, &crate::client::js::interned(RECORD_KEYS)).ok()?;
     let keys = keys.dyn_ref::<Array>()?;
-    Some(keys.iter().map(|k| to_bytes(&k)).collect())
+    keys.iter()
+        .map(|k| k.dyn_ref::<Uint8Array>().map(Uint8Array::to_vec))
+        .collect()
 }
 
 /// A record of `documents`: `{d, k, t}`, where `d` is the encoded document, `k` the array of

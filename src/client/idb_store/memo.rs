@@ -118,7 +118,7 @@ impl Memo {
 
     /// `op`, of write `generation`, is requested: what it writes leaves the memo until the
     /// write is done, and is noted in `touched` for [`Memo::finish_write`].
-    pub fn touch(&mut self, generation: u64, op: &WriteOp, touched: &mut Touched) {
+    pub fn touch(&mut self, generation: u64, op: WriteOp, touched: &mut Touched) {
         if !self.on || op.store() != Store::Documents {
             return;
         }
@@ -131,15 +131,16 @@ impl Memo {
             } => (
                 key,
                 Some(Remembered {
-                    value: value.clone(),
-                    index_keys: Some(index_keys.clone()),
+                    value,
+                    index_keys: Some(index_keys),
                 }),
             ),
-            WriteOp::Delete { key, .. } => match key {
-                super::ops::Key::Bytes(key) => (key, None),
-                _ => return,
-            },
-            _ => {
+            WriteOp::Delete {
+                key: super::ops::Key::Bytes(key),
+                ..
+            } => (key, None),
+            WriteOp::Delete { .. } | WriteOp::Put { .. } => return,
+            WriteOp::DeleteRange { .. } => {
                 self.entries.clear();
                 self.order.clear();
                 self.bytes = 0;
@@ -147,9 +148,9 @@ impl Memo {
                 return;
             }
         };
-        self.remove(key);
+        self.remove(&key);
         self.writing.insert(key.clone(), generation);
-        touched.push((key.clone(), value));
+        touched.push((key, value));
     }
 
     /// Write `generation` is over: `ok` if it committed. Its documents come back unless a
@@ -195,16 +196,21 @@ impl Memo {
         }
     }
 
-    /// Whether a scan should try the memo first; after a miss, the next scans do not.
-    pub fn try_scan(&mut self) -> bool {
+    /// How an `entries` scan uses the memo: whether it first tries the documents' keys
+    /// alone, and whether it puts the records it reads whole. An empty memo (a database
+    /// just opened) is only filled; after a scan that missed, the next few do neither.
+    pub fn scan_plan(&mut self) -> (bool, bool) {
         if !self.on {
-            return false;
+            return (false, false);
+        }
+        if self.entries.is_empty() {
+            return (false, true);
         }
         if self.scan_rest > 0 {
             self.scan_rest -= 1;
-            return false;
+            return (false, false);
         }
-        true
+        (true, true)
     }
 
     /// A scan found a document the memo lacks.

@@ -443,12 +443,9 @@ impl IdbStore {
         let events = TxEvents::new(&tx);
         let mut touched = Touched::new();
         let memo = &self.inner.memo;
-        let ops = ops.into_iter().inspect(|op| {
-            if let Ok(op) = op {
-                memo.borrow_mut().touch(generation, op, &mut touched);
-            }
+        let applied = ops::apply(&tx, &scope, ops, &mut |op| {
+            memo.borrow_mut().touch(generation, op, &mut touched);
         });
-        let applied = ops::apply(&tx, &scope, ops);
         if let Err(stopped) = applied {
             // An op that could not even be requested: undo the ones made before it.
             let _ = tx.abort();

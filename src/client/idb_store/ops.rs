@@ -156,12 +156,13 @@ pub(super) enum Stopped {
 
 /// Makes the requests of `ops` on `tx` (whose scope is `scope`, sorted), taking each op from
 /// the iterator just before its request: IndexedDB starts on the first requests while later
-/// ops are still being computed. The requests are not awaited: a failing one aborts the
-/// transaction, which the caller awaits.
+/// ops are still being computed. Each op goes to `made` once its request is made. The
+/// requests are not awaited: a failing one aborts the transaction, which the caller awaits.
 pub(super) fn apply(
     tx: &IdbTransaction,
     scope: &[Store],
     ops: impl IntoIterator<Item = Result<WriteOp, ClientError>>,
+    made: &mut dyn FnMut(WriteOp),
 ) -> Result<(), Stopped> {
     let stores: Vec<IdbObjectStore> = scope
         .iter()
@@ -180,7 +181,7 @@ pub(super) fn apply(
             ));
         };
         let store = &stores[at];
-        let made = match &op {
+        let request = match &op {
             WriteOp::PutDocument {
                 key,
                 value,
@@ -203,7 +204,8 @@ pub(super) fn apply(
                 .and_then(|range| store.delete(&range))
             }
         };
-        made.map_err(|e| Stopped::Request(i, e))?;
+        request.map_err(|e| Stopped::Request(i, e))?;
+        made(op);
     }
     Ok(())
 }

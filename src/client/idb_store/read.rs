@@ -189,20 +189,28 @@ impl IdbRead {
         }
     }
 
-    /// Tells the memo the records an `entries` scan read whole (documents and index keys).
-    fn remember_records(&self, records: &[(Vec<u8>, JsValue)]) {
-        let mut memo = self.store.inner.memo.borrow_mut();
-        let generation = self.generation.get();
-        if !memo.may_put(generation) {
+    /// Tells the memo the records an `entries` scan read whole (documents and index keys),
+    /// in a later task: the scan's caller is not kept waiting for the copies. They are put
+    /// only if no write began since this read's transaction was made (`Memo::may_put`).
+    fn remember_records(&self, records: Vec<(Vec<u8>, JsValue)>) {
+        if records.is_empty() {
             return;
         }
-        for (key, record) in records {
-            let doc = Remembered {
-                value: js::record_document(record),
-                index_keys: js::record_index_keys(record),
-            };
-            memo.read(key, doc, generation);
-        }
+        let (store, generation) = (self.store.clone(), self.generation.get());
+        wasm_bindgen_futures::spawn_local(async move {
+            crate::client::js::sleep(0.0).await;
+            let mut memo = store.inner.memo.borrow_mut();
+            for (key, record) in records {
+                if !memo.may_put(generation) {
+                    return;
+                }
+                let doc = Remembered {
+                    value: js::record_document(&record),
+                    index_keys: js::record_index_keys(&record),
+                };
+                memo.read(&key, doc, generation);
+            }
+        });
     }
 
     /// An `entries` scan answered from the documents' keys alone, when the memo holds every
@@ -403,9 +411,12 @@ impl IdbRead {
                     ("count", &JsValue::from(count)),
                     ("direction", &JsValue::from(direction)),
                 ]);
-                let remembered = source == Source::Entries
-                    && self.store.check_open().is_ok()
-                    && self.store.inner.memo.borrow_mut().try_scan();
+                let (remembered, populate) = match source {
+                    Source::Entries if self.store.check_open().is_ok() => {
+                        self.store.inner.memo.borrow_mut().scan_plan()
+                    }
+                    _ => (false, false),
+                };
                 if remembered {
                     if let Some(rows) = self.scan_remembered(&options, range, reverse).await? {
                         return Ok(rows);
@@ -430,7 +441,7 @@ impl IdbRead {
                             let value = r.value();
                             if source == Source::Entries {
                                 let key = js::to_bytes(&r.primary_key());
-                                if remembered {
+                                if populate {
                                     whole.push((key.clone(), value.clone()));
                                 }
                                 if prefetched.len() < PREFETCH_CAP {
@@ -441,7 +452,7 @@ impl IdbRead {
                         })
                         .collect()
                 };
-                self.remember_records(&whole);
+                self.remember_records(whole);
                 Ok(rows)
             }
             ScanMethod::GetAll => {
