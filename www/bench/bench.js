@@ -360,28 +360,8 @@ export async function run(options = {}) {
   log(`point reads: ${o.pointRuns} each, alternating`);
   const step = Math.max(1, Math.floor(docs.length / o.pointRuns));
   const pick = (i) => docs[(i * step + 7) % docs.length];
-  {
-    const { h, r } = await alternate(o.pointRuns, o.warmup,
-      async (i) => {
-        const t = performance.now();
-        const s = await col.doc(pick(i).id).get({ source: 'cache' });
-        const d = s.data();
-        const ms = performance.now() - t;
-        if (!d || d.symbol !== pick(i).symbol) throw new Error('point read: wrong document');
-        return ms;
-      },
-      async (i) => {
-        const t = performance.now();
-        const d = await rawGet(raw, pick(i).id);
-        const ms = performance.now() - t;
-        if (!d || d.symbol !== pick(i).symbol) throw new Error('raw point read: wrong document');
-        return ms;
-      });
-    results.push(measurement('point_read', 'ms (median)',
-      { value: stats(h).median, detail: { ms: stats(h) } },
-      { value: stats(r).median, detail: { ms: stats(r) } },
-      { runs: h.length, note: 'Hearth: doc(id).get({source:"cache"}) + data(); raw: get() in its own readonly transaction' }));
-  }
+  results.push(await pointReads(col, raw, pick, o.pointRuns, o.warmup, 'point_read',
+    'Hearth: doc(id).get({source:"cache"}) + data(); raw: get() in its own readonly transaction'));
 
   // 5. Ten live listeners: a local write until all ten callbacks have seen it.
   log(`listeners: ${o.listeners} queries, ${o.listenRuns} writes each, alternating`);
@@ -494,25 +474,31 @@ async function reopenedReads(o, docs, raw, results) {
   const step = Math.max(1, Math.floor(docs.length / o.pointRuns));
   // Other documents than 4. read, and each read once.
   const pick = (i) => docs[(i * step + 23) % docs.length];
-  const { h, r } = await alternate(o.pointRuns, 0,
+  results.push(await pointReads(col, raw, pick, o.pointRuns, 0, 'point_read_after_reopen',
+    'Hearth: doc(id).get({source:"cache"}) + data() of documents not read since Hearth.open; raw: get() in its own readonly transaction'));
+}
+
+/** `runs` point reads of `pick(i)`, Hearth and the baseline alternating, each checked. */
+async function pointReads(col, raw, pick, runs, warmup, name, note) {
+  const { h, r } = await alternate(runs, warmup,
     async (i) => {
       const t = performance.now();
       const d = (await col.doc(pick(i).id).get({ source: 'cache' })).data();
       const ms = performance.now() - t;
-      if (!d || d.symbol !== pick(i).symbol) throw new Error('point read after reopen: wrong document');
+      if (!d || d.symbol !== pick(i).symbol) throw new Error(`${name}: wrong document`);
       return ms;
     },
     async (i) => {
       const t = performance.now();
       const d = await rawGet(raw, pick(i).id);
       const ms = performance.now() - t;
-      if (!d || d.symbol !== pick(i).symbol) throw new Error('raw point read: wrong document');
+      if (!d || d.symbol !== pick(i).symbol) throw new Error(`${name}: raw: wrong document`);
       return ms;
     });
-  results.push(measurement('point_read_after_reopen', 'ms (median)',
+  return measurement(name, 'ms (median)',
     { value: stats(h).median, detail: { ms: stats(h) } },
     { value: stats(r).median, detail: { ms: stats(r) } },
-    { runs: h.length, note: 'Hearth: doc(id).get({source:"cache"}) + data() of documents not read since Hearth.open; raw: get() in its own readonly transaction' }));
+    { runs: h.length, note });
 }
 
 /** Closes the main run's databases (before the cold-start pages open them). */
