@@ -17,6 +17,13 @@ fn refused() -> WriteOp {
     }
 }
 
+/// A generator seeded from the clock, the seed printed under `test`'s name for a replay.
+fn seeded(test: &str) -> (u64, Rng) {
+    let seed = js_sys::Date::now() as u64;
+    console_log!("{test}: seed {seed:#x}");
+    (seed, Rng(seed | 1))
+}
+
 /// What a fresh read of `key` gives.
 async fn read(s: &IdbStore, key: &[u8]) -> Option<Vec<u8>> {
     let r = s.read().await.unwrap();
@@ -60,9 +67,7 @@ async fn a_failed_write_is_never_read_from_memory() {
 /// range deletions: the remembering connection always reads what a plain connection reads.
 #[wasm_bindgen_test]
 async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
-    let seed = 0x6d65_6d6f ^ (js_sys::Date::now() as u64);
-    console_log!("memory_agrees_with_indexeddb_under_overlapping_writes: seed {seed:#x}");
-    let mut rng = Rng(seed | 1);
+    let (seed, mut rng) = seeded("memory_agrees_with_indexeddb_under_overlapping_writes");
     let s = fresh("t-memo-model").await;
     s.keep_in_memory();
     let plain = IdbStore::open("t-memo-model").await.unwrap();
@@ -121,9 +126,7 @@ async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
 #[wasm_bindgen_test]
 async fn index_scans_from_memory_agree_with_indexeddb() {
     use hearth_core::kv::KeyRange;
-    let seed = 0x5ca7 ^ (js_sys::Date::now() as u64);
-    console_log!("index_scans_from_memory_agree_with_indexeddb: seed {seed:#x}");
-    let mut rng = Rng(seed | 1);
+    let (seed, mut rng) = seeded("index_scans_from_memory_agree_with_indexeddb");
     let s = fresh("t-memo-scan").await;
     // Index keys end with their document's key, so each belongs to one document; a few
     // prefixes make ranges that hold several entries of one document.
