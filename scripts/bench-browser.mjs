@@ -8,13 +8,9 @@
 //
 // Needs the built package in pkg/ (bash scripts/build-pkg), playwright-core (npm install)
 // and /usr/bin/chromium (or $CHROMIUM). Exits non-zero on a failed check or the timeout.
-import { createServer } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, extname, normalize } from 'node:path';
-import { chromium } from 'playwright-core';
-
-const root = new URL('../', import.meta.url).pathname;
+import { rmSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { root, startServer, newProfile, launch, openPage as open } from './lib/bench-page.mjs';
 
 function arg(name, dflt) {
   const i = process.argv.indexOf(`--${name}`);
@@ -30,32 +26,6 @@ const err = (...a) => console.error(...a);
 if (!existsSync(join(root, 'pkg/hearth_bg.wasm'))) {
   err('pkg/ is missing: run `bash scripts/build-pkg` first');
   process.exit(1);
-}
-
-const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript',
-  '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
-
-/** Serves the repository read-only. COOP/COEP make the page cross-origin isolated, which
- *  gives performance.now() 5 µs resolution instead of 100 µs. */
-async function startServer() {
-  const server = createServer((req, res) => {
-    const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname));
-    if (path.includes('..')) { res.writeHead(400).end(); return; }
-    const file = join(root, path.endsWith('/') ? path + 'index.html' : path);
-    try {
-      const body = readFileSync(file);
-      res.writeHead(200, { 'content-type': types[extname(file)] || 'application/octet-stream',
-        'cache-control': 'no-store',
-        'cross-origin-opener-policy': 'same-origin',
-        'cross-origin-embedder-policy': 'require-corp' });
-      res.end(body);
-    } catch {
-      res.writeHead(404).end('not found');
-    }
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return { origin: `http://127.0.0.1:${server.address().port}`,
-    stop: () => new Promise((r) => { server.closeAllConnections?.(); server.close(r); }) };
 }
 
 let server;
@@ -74,25 +44,12 @@ const watchdog = setTimeout(async () => {
   process.exit(2);
 }, timeoutMs);
 
-async function openPage(url) {
-  const page = await context.newPage();
-  page.on('console', (m) => err(`  [page] ${m.text()}`));
-  page.on('pageerror', (e) => err('  [page error]', e));
-  await page.goto(url);
-  await page.waitForFunction(() => window.benchReady === true, null, { timeout: 30000 });
-  return page;
-}
+const openPage = (url) => open(context, url, err);
 
 async function main() {
   server = await startServer();
-  profile = mkdtempSync(join(tmpdir(), 'hearth-bench-chromium-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-dev-shm-usage'],
-  });
+  profile = newProfile();
+  context = await launch(profile);
   const url = `${server.origin}/www/bench/`;
   err(`bench-browser: ${url}, profile ${profile}, browser ${context.browser()?.version() ?? '(persistent)'}`);
 

@@ -74,6 +74,7 @@ const browserBench = {
   figures: (m) => [
     [`browser ${m.measurement} (${m.unit})`, m.hearth, /\/s/.test(m.unit)],
     [`browser ${m.measurement}: raw IndexedDB, same page (${m.unit})`, m.idb, /\/s/.test(m.unit)],
+    [`browser ${m.measurement}: Dexie, same page (${m.unit})`, m.dexie, /\/s/.test(m.unit)],
   ],
 };
 

@@ -227,6 +227,38 @@ function rawPut(db, value, id) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Dexie, the peer: the baseline's documents with their ids inbound (as a Dexie app stores
+// them) and one compound index, at Dexie's default durability.
+
+const DEXIE = '/node_modules/dexie/dist/dexie.mjs';
+
+/** Opens a fresh Dexie database, or returns null (and says so) when Dexie cannot be loaded
+ *  (the page served without `node_modules`). */
+async function openDexie(name, fresh = true) {
+  let Dexie;
+  try {
+    ({ default: Dexie } = await import(DEXIE));
+  } catch (e) {
+    log(`Dexie not loaded (${e}): its figures are left out`);
+    return null;
+  }
+  if (fresh) await Dexie.delete(name);
+  const db = new Dexie(name);
+  db.version(1).stores({ [COLLECTION]: 'id,[instrumentType+timestamp]' });
+  await db.open();
+  return db;
+}
+
+const dexieData = (d) => ({ id: d.id, ...rawData(d) });
+
+/** The seed's query with Dexie: the compound index in reverse, values with their ids. */
+async function dexieQuery(db, limit, type = 'commonstock') {
+  const rows = await db.table(COLLECTION).where('[instrumentType+timestamp]')
+    .between([type, -Infinity], [type, Infinity]).reverse().limit(limit).toArray();
+  return rows.map((x) => ({ id: x.id, data: x }));
+}
+
+// ---------------------------------------------------------------------------------------
 // The benchmark
 
 let state = null; // { db, raw } of the main run, for close()
@@ -246,19 +278,32 @@ function measurement(name, unit, hearth, raw, extra = {}) {
     ...extra, hearth_detail: hearth.detail, idb_detail: raw.detail };
 }
 
-/** Alternates Hearth and baseline runs so that load spikes hit both. */
-async function alternate(runs, warmup, hearthRun, rawRun, budgetMs = Infinity) {
-  for (let i = 0; i < warmup; i++) { await hearthRun(i); await rawRun(i); }
+/** Alternates Hearth and baseline runs (and Dexie's, when given) so that load spikes hit
+ *  all of them. */
+async function alternate(runs, warmup, hearthRun, rawRun, budgetMs = Infinity, dexieRun = null) {
+  for (let i = 0; i < warmup; i++) { await hearthRun(i); await rawRun(i); await dexieRun?.(i); }
   const h = [];
   const r = [];
+  const d = [];
   const start = performance.now();
   let truncated = false;
   for (let i = 0; i < runs; i++) {
     h.push(await hearthRun(i));
     r.push(await rawRun(i));
+    if (dexieRun) d.push(await dexieRun(i));
     if (performance.now() - start > budgetMs && i + 1 < runs) { truncated = true; break; }
   }
-  return { h, r, truncated };
+  return { h, r, d, truncated };
+}
+
+/** Adds Dexie's figure (a peer, in the same page) to a measurement line: `dexie_ratio` is
+ *  Hearth's cost over Dexie's, as `ratio` is over the raw baseline's. */
+function withDexie(m, samples, rate = null) {
+  if (rate === null && !samples.length) return m;
+  const value = rate ?? stats(samples).median;
+  const ratio = m.unit.endsWith('/s') ? value / m.hearth : m.hearth / value;
+  return { ...m, dexie: value, dexie_ratio: round(ratio, 2),
+    dexie_detail: rate === null ? { ms: stats(samples) } : undefined };
 }
 
 /** Runs measurements 1–5 and 7 for Hearth and the baseline; leaves both databases filled for the
@@ -279,7 +324,8 @@ export async function run(options = {}) {
   await deleteRaw(o.rawName);
   const db = await Hearth.open({ name: o.name, indexes: INDEXES });
   const raw = await openRaw(o.rawName);
-  state = { db, raw };
+  const dexie = await openDexie(`${o.rawName}-dexie`);
+  state = { db, raw, dexie };
 
   const docs = generate(o.docs, o.seed);
   const hearthDocs = docs.map(hearthData);
@@ -311,11 +357,20 @@ export async function run(options = {}) {
   }
   const rInsertMs = performance.now() - t0;
   log(`  raw: ${round(rInsertMs, 1)} ms`);
-  results.push(measurement(`bulk_insert_${o.docs}_batches_of_${o.batch}`, 'docs/s',
+  let dexieRate = null;
+  if (dexie) {
+    const dexieDocs = docs.map(dexieData);
+    t0 = performance.now();
+    for (let i = 0; i < docs.length; i += o.batch) await dexie.table(COLLECTION).bulkPut(dexieDocs.slice(i, i + o.batch));
+    const ms = performance.now() - t0;
+    log(`  Dexie: ${round(ms, 1)} ms`);
+    dexieRate = Math.round(docs.length / (ms / 1000));
+  }
+  results.push(withDexie(measurement(`bulk_insert_${o.docs}_batches_of_${o.batch}`, 'docs/s',
     { value: Math.round(docs.length / (hInsertMs / 1000)),
       detail: { total_ms: round(hInsertMs, 1), batch_ms: stats(hBatches) } },
     { value: Math.round(docs.length / (rInsertMs / 1000)),
-      detail: { total_ms: round(rInsertMs, 1), batch_ms: stats(rBatches) } }));
+      detail: { total_ms: round(rInsertMs, 1), batch_ms: stats(rBatches) } }), [], dexieRate));
 
   // Correctness before timing the reads.
   const want5 = expectedIds(docs, 'commonstock', 5);
@@ -333,6 +388,9 @@ export async function run(options = {}) {
   const r500 = await rawQuery(raw, 500);
   check(sameIds(h500.map((x) => x.id), want500) && sameIds(r500.map((x) => x.id), want500),
     'limit-500 (Hearth and baseline) equals the brute-force answer');
+  if (dexie) {
+    check(sameIds((await dexieQuery(dexie, 500)).map((x) => x.id), want500), 'Dexie\'s limit-500 equals the brute-force answer');
+  }
   const probe = docs[docs.length >> 1];
   const hp = await col.doc(probe.id).get({ source: 'cache' });
   const rp = await rawGet(raw, probe.id);
@@ -346,14 +404,15 @@ export async function run(options = {}) {
   for (const [limit, runs, budget] of [[5, o.queryRuns, Infinity], [500, o.bigQueryRuns, o.bigQueryBudgetMs]]) {
     log(`query limit ${limit}: ${runs} runs each, alternating`);
     const hGet = [];
-    const { h, r, truncated } = await alternate(runs, o.warmup,
+    const { h, r, d, truncated } = await alternate(runs, o.warmup,
       async () => { const t = {}; await hearthQuery(db, limit, t); hGet.push(t.get); return t.total; },
-      async () => { const t = {}; await rawQueryTimed(raw, limit, t); return t.total; }, budget);
+      async () => { const t = {}; await rawQueryTimed(raw, limit, t); return t.total; }, budget,
+      dexie && (async () => { const t = performance.now(); await dexieQuery(dexie, limit); return performance.now() - t; }));
     hGet.splice(0, o.warmup);
-    results.push(measurement(`query_commonstock_ts_desc_limit_${limit}`, 'ms (median)',
+    results.push(withDexie(measurement(`query_commonstock_ts_desc_limit_${limit}`, 'ms (median)',
       { value: stats(h).median, detail: { ms: stats(h), get_only_ms: stats(hGet) } },
       { value: stats(r).median, detail: { ms: stats(r) } },
-      { runs: h.length, truncated, note: 'Hearth: get({source:"cache"}) + data() of each result; raw: IDBIndex cursor (prev) over [instrumentType, timestamp]' }));
+      { runs: h.length, truncated, note: 'Hearth: get({source:"cache"}) + data() of each result; raw: IDBIndex cursor (prev) over [instrumentType, timestamp]; Dexie: where([instrumentType+timestamp]).between().reverse().limit().toArray()' }), d));
   }
 
   // 4. Point reads: different documents, cycled.
@@ -361,7 +420,7 @@ export async function run(options = {}) {
   const step = Math.max(1, Math.floor(docs.length / o.pointRuns));
   const pick = (i) => docs[(i * step + 7) % docs.length];
   results.push(await pointReads(col, raw, pick, o.pointRuns, o.warmup, 'point_read',
-    'Hearth: doc(id).get({source:"cache"}) + data(); raw: get() in its own readonly transaction'));
+    'Hearth: doc(id).get({source:"cache"}) + data(); raw: get() in its own readonly transaction; Dexie: table.get(id)', dexie));
 
   // 5. Ten live listeners: a local write until all ten callbacks have seen it.
   log(`listeners: ${o.listeners} queries, ${o.listenRuns} writes each, alternating`);
@@ -479,26 +538,22 @@ async function reopenedReads(o, docs, raw, results) {
 }
 
 /** `runs` point reads of `pick(i)`, Hearth and the baseline alternating, each checked. */
-async function pointReads(col, raw, pick, runs, warmup, name, note) {
-  const { h, r } = await alternate(runs, warmup,
-    async (i) => {
-      const t = performance.now();
-      const d = (await col.doc(pick(i).id).get({ source: 'cache' })).data();
-      const ms = performance.now() - t;
-      if (!d || d.symbol !== pick(i).symbol) throw new Error(`${name}: wrong document`);
-      return ms;
-    },
-    async (i) => {
-      const t = performance.now();
-      const d = await rawGet(raw, pick(i).id);
-      const ms = performance.now() - t;
-      if (!d || d.symbol !== pick(i).symbol) throw new Error(`${name}: raw: wrong document`);
-      return ms;
-    });
-  return measurement(name, 'ms (median)',
+async function pointReads(col, raw, pick, runs, warmup, name, note, dexie = null) {
+  const timed = (what, read) => async (i) => {
+    const t = performance.now();
+    const doc = await read(pick(i).id);
+    const ms = performance.now() - t;
+    if (!doc || doc.symbol !== pick(i).symbol) throw new Error(`${name}: ${what}: wrong document`);
+    return ms;
+  };
+  const { h, r, d } = await alternate(runs, warmup,
+    timed('Hearth', async (id) => (await col.doc(id).get({ source: 'cache' })).data()),
+    timed('raw', (id) => rawGet(raw, id)), Infinity,
+    dexie && timed('Dexie', (id) => dexie.table(COLLECTION).get(id)));
+  return withDexie(measurement(name, 'ms (median)',
     { value: stats(h).median, detail: { ms: stats(h) } },
     { value: stats(r).median, detail: { ms: stats(r) } },
-    { runs: h.length, note });
+    { runs: h.length, note }), d);
 }
 
 /** Closes the main run's databases (before the cold-start pages open them). */
@@ -506,6 +561,7 @@ export async function close() {
   if (!state) return;
   await state.db.close();
   state.raw.close();
+  state.dexie?.close();
   state = null;
 }
 
@@ -559,7 +615,8 @@ function show(results) {
   if (!tbody) return;
   for (const m of results) {
     const tr = document.createElement('tr');
-    for (const v of [m.measurement, m.unit, fmt(m.hearth), fmt(m.idb), `${m.ratio}×`, m.runs ?? '']) {
+    for (const v of [m.measurement, m.unit, fmt(m.hearth), fmt(m.idb), `${m.ratio}×`,
+      m.dexie === undefined ? '—' : `${fmt(m.dexie)} (${m.dexie_ratio}×)`, m.runs ?? '']) {
       const td = document.createElement('td');
       td.textContent = v;
       tr.append(td);
@@ -614,6 +671,55 @@ function wirePage() {
   }
 }
 
-window.bench = { run, close, coldHearth, coldRaw, coldMeasurement, generate, hearthData, stats, DEFAULTS, INDEXES };
+// ---------------------------------------------------------------------------------------
+// Storage: the same documents stored by Hearth, the raw baseline and Dexie, one fresh
+// browser profile each (`node scripts/bench-storage.mjs` measures the profile's IndexedDB
+// directory once the browser is closed).
+
+
+/** Stores the bench's documents in one store (`kind`: hearth, raw or dexie) in batches, closes
+ *  it and returns what it took with the origin's `navigator.storage.estimate()`. */
+export async function storageFill(kind, options = {}) {
+  const o = { ...DEFAULTS, ...options };
+  const docs = generate(o.docs, o.seed);
+  const t0 = performance.now();
+  const batches = async (put) => {
+    for (let i = 0; i < docs.length; i += o.batch) await put(docs.slice(i, i + o.batch));
+  };
+  if (kind === 'hearth') {
+    await ensureInit();
+    const db = await Hearth.open({ name: o.name, indexes: INDEXES });
+    const col = db.collection(COLLECTION);
+    await batches(async (part) => {
+      const batch = db.batch();
+      for (const d of part) batch.set(col.doc(d.id), hearthData(d));
+      await batch.commit();
+    });
+    check((await col.count().get()).data().count === docs.length, 'Hearth holds every document');
+    await db.close();
+  } else if (kind === 'raw') {
+    const raw = await openRaw(o.rawName);
+    await batches(async (part) => {
+      const tx = raw.transaction(COLLECTION, 'readwrite', { durability: 'strict' });
+      for (const d of part) tx.objectStore(COLLECTION).put(rawData(d), d.id);
+      await txDone(tx);
+    });
+    raw.close();
+  } else if (kind === 'dexie') {
+    const db = await openDexie(`${o.rawName}-dexie`);
+    if (!db) throw new Error('Dexie is not available');
+    await batches((part) => db.table(COLLECTION).bulkPut(part.map(dexieData)));
+    check(await db.table(COLLECTION).count() === docs.length, 'Dexie holds every document');
+    db.close();
+  } else {
+    throw new Error(`unknown store ${kind}`);
+  }
+  const ms = performance.now() - t0;
+  const estimate = await navigator.storage.estimate();
+  return { kind, docs: docs.length, ms: round(ms, 1), docsPerSec: Math.round(docs.length / (ms / 1000)),
+    estimate: { usage: estimate.usage, indexedDB: estimate.usageDetails?.indexedDB } };
+}
+
+window.bench = { run, close, storageFill, coldHearth, coldRaw, coldMeasurement, generate, hearthData, stats, DEFAULTS, INDEXES };
 wirePage();
 window.benchReady = true;
