@@ -120,6 +120,108 @@ async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
     IdbStore::delete("t-memo-model").await.unwrap();
 }
 
+/// A document named `c/d{i}` with one field set to `step`: its key and encoding.
+fn encoded(i: u64, step: u32) -> (Vec<u8>, Vec<u8>) {
+    use hearth_core::document::Document;
+    use hearth_core::path::DocumentName;
+    use hearth_core::value::{Map, Value};
+    let name = DocumentName::parse(&format!("c/d{i}")).unwrap();
+    let fields = Map::from([("step".to_string(), Value::Integer(step.into()))]);
+    let doc = Document {
+        name: name.clone(),
+        fields: std::sync::Arc::new(fields),
+        create_version: 0,
+        update_version: u64::from(step),
+    };
+    (
+        hearth_core::index::keys::document_key(&name),
+        hearth_core::encoding::document::encode_document(&doc).unwrap(),
+    )
+}
+
+/// The decoded documents a fresh read gives for `keys` (`KvRead::get_documents`), printed.
+async fn read_documents(s: &IdbStore, keys: &[Vec<u8>]) -> Vec<String> {
+    let r = s.read().await.unwrap();
+    let docs = r.get_documents(keys).await.unwrap();
+    docs.iter().map(|d| format!("{d:?}")).collect()
+}
+
+/// Documents decoded once and kept (`get_documents` of the remembering connection), under
+/// writes begun and finished in random order, refused batches and range deletions: always
+/// what a plain connection decodes from IndexedDB, and read again without a request.
+#[wasm_bindgen_test]
+async fn decoded_documents_agree_with_indexeddb() {
+    let (seed, mut rng) = seeded("decoded_documents_agree_with_indexeddb");
+    let s = fresh("t-memo-decoded").await;
+    s.keep_in_memory();
+    let plain = IdbStore::open("t-memo-decoded").await.unwrap();
+    let keys: Vec<Vec<u8>> = (0..6).map(|i| encoded(i, 0).0).collect();
+    let mut in_flight = Vec::new();
+    for step in 1..300u32 {
+        match rng.below(10) {
+            0..=3 => {
+                let (k, value) = encoded(rng.below(6), step);
+                let mut ops = vec![Ok(doc(&k, &value, &[]))];
+                match rng.below(8) {
+                    0 => ops.push(Ok(refused())),
+                    1 => ops.push(Ok(WriteOp::Delete {
+                        store: Store::Documents,
+                        key: hearth::client::idb_store::Key::Bytes(
+                            keys[rng.below(6) as usize].clone(),
+                        ),
+                    })),
+                    2 => ops.push(Ok(WriteOp::DeleteRange {
+                        store: Store::Documents,
+                        start: keys[0].clone(),
+                        end: keys[3].clone(),
+                    })),
+                    _ => {}
+                }
+                in_flight.push(s.begin_write(&[Store::Documents, Store::Remote], ops).await);
+            }
+            4..=5 if !in_flight.is_empty() => {
+                let w = in_flight.remove(rng.below(in_flight.len() as u64) as usize);
+                if let Ok(w) = w {
+                    let _ = w.done().await;
+                }
+            }
+            _ => {
+                let (got, want) = (
+                    read_documents(&s, &keys).await,
+                    read_documents(&plain, &keys).await,
+                );
+                assert_eq!(got, want, "seed {seed:#x}, step {step}");
+            }
+        }
+    }
+    for w in in_flight.into_iter().flatten() {
+        let _ = w.done().await;
+    }
+    let want = read_documents(&plain, &keys).await;
+    assert_eq!(
+        read_documents(&s, &keys).await,
+        want,
+        "seed {seed:#x}, at the end"
+    );
+    let done = crate::suite::count_store_requests();
+    assert_eq!(
+        read_documents(&s, &keys).await,
+        want,
+        "seed {seed:#x}, read again"
+    );
+    let held = want.iter().filter(|d| *d != "None").count();
+    if held == keys.len() {
+        assert_eq!(
+            crate::suite::counted(done),
+            (0.0, 0.0),
+            "decoded documents are read from memory"
+        );
+    }
+    plain.close();
+    s.close();
+    IdbStore::delete("t-memo-decoded").await.unwrap();
+}
+
 /// Scans of the `entries` index (documents with several entries in one range among them)
 /// agree with a plain connection's, in both directions and with limits, whether the memo
 /// holds every document found (written since it was turned on), some, or none.

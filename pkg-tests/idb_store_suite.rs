@@ -138,17 +138,18 @@ async fn round_trip_through_every_store() {
     assert_eq!(r.get(Table::Documents, b"doc/zz").await.unwrap(), None);
     assert_eq!(
         r.get(Table::Index, b"\x01idx\x00a").await.unwrap(),
-        Some(vec![])
+        Some(b"doc/a".to_vec())
     );
     assert_eq!(r.get(Table::Index, b"\x01idx\x00").await.unwrap(), None);
     assert_eq!(
         r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
             .await
             .unwrap(),
+        // Each entry comes with the key of its document.
         vec![
-            (b"\x01idx\x00a".to_vec(), vec![]),
-            (b"\x01idx\x00b".to_vec(), vec![]),
-            (b"\x02idx\x00b".to_vec(), vec![]),
+            (b"\x01idx\x00a".to_vec(), b"doc/a".to_vec()),
+            (b"\x01idx\x00b".to_vec(), b"doc/b".to_vec()),
+            (b"\x02idx\x00b".to_vec(), b"doc/b".to_vec()),
         ]
     );
     assert_eq!(
@@ -229,7 +230,7 @@ async fn round_trip_through_every_store() {
         r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
             .await
             .unwrap(),
-        vec![(b"\x03".to_vec(), vec![])]
+        vec![(b"\x03".to_vec(), b"doc/b".to_vec())]
     );
     assert_eq!(
         r.get(Table::Documents, b"doc/b").await.unwrap(),
@@ -269,7 +270,7 @@ async fn scans_agree_with_mem_store() {
             taken.remove(&old);
         }
         for k in &index_keys {
-            mem.table_mut(Table::Index).insert(k.clone(), Vec::new());
+            mem.table_mut(Table::Index).insert(k.clone(), key.clone());
             taken.insert(k.clone());
         }
         mem.table_mut(Table::Documents)
@@ -285,10 +286,10 @@ async fn scans_agree_with_mem_store() {
     s.write(ops).await.unwrap();
     assert_eq!(
         s.estimate_bytes().await.unwrap(),
-        [Table::Documents, Table::Index]
+        mem.table(Table::Documents)
             .iter()
-            .flat_map(|t| mem.table(*t).iter())
             .map(|(k, v)| (k.len() + v.len()) as u64)
+            .chain(mem.table(Table::Index).keys().map(|k| k.len() as u64))
             .sum::<u64>()
     );
 
@@ -697,7 +698,7 @@ async fn schema_1_upgrades_keeping_documents() {
         r.scan(Table::Index, &KeyRange::default(), false, usize::MAX)
             .await
             .unwrap(),
-        vec![(b"e/1".to_vec(), vec![])]
+        vec![(b"e/1".to_vec(), b"d/1".to_vec())]
     );
     s.close();
     let db = raw_open("hearth:t-migrate", SCHEMA_VERSION).await;

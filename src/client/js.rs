@@ -20,8 +20,16 @@ const INTERNED_LEN: usize = 64;
 /// Most names [`interned`] keeps (it starts again when full).
 const INTERNED_COUNT: usize = 2048;
 
+/// Longest string [`short_string`] keeps, in bytes.
+const SHORT_LEN: usize = 24;
+
+/// Slots of [`short_string`]'s cache (a power of two).
+const SHORT_SLOTS: usize = 1024;
+
 thread_local! {
     static OBJECT_PROTOTYPE: OnceCell<JsValue> = const { OnceCell::new() };
+    /// JS strings of short string values made before, one per slot of their hash.
+    static SHORT: RefCell<Vec<Option<(Box<str>, JsValue)>>> = const { RefCell::new(Vec::new()) };
     /// JS strings of names made before, by name.
     static INTERNED: RefCell<HashMap<Box<str>, JsValue>> = RefCell::new(HashMap::new());
 }
@@ -44,6 +52,35 @@ pub(crate) fn interned(name: &str) -> JsValue {
         let js = JsValue::from_str(name);
         cache.insert(name.into(), js.clone());
         js
+    })
+}
+
+/// A string value as a JS string. Short ones are kept in a small cache, one per slot of
+/// their hash: the values that repeat across documents (a status, a type, a currency) are
+/// made once rather than decoded from UTF-8 for every document converted, and a value that
+/// does not repeat costs a hash and a slot.
+pub(crate) fn short_string(s: &str) -> JsValue {
+    if s.len() > SHORT_LEN {
+        return JsValue::from_str(s);
+    }
+    // FNV-1a.
+    let hash = s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let slot = hash as usize & (SHORT_SLOTS - 1);
+    SHORT.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.is_empty() {
+            cache.resize_with(SHORT_SLOTS, || None);
+        }
+        match &mut cache[slot] {
+            Some((held, js)) if **held == *s => js.clone(),
+            entry => {
+                let js = JsValue::from_str(s);
+                *entry = Some((s.into(), js.clone()));
+                js
+            }
+        }
     })
 }
 

@@ -2,7 +2,10 @@
 //!
 //! Two tables, both keyed by byte strings compared with `memcmp`:
 //! - `Documents`: [`crate::index::keys::document_key`] → encoded document.
-//! - `Index`: index entry keys ([`crate::index::keys`]) → empty values.
+//! - `Index`: index entry keys ([`crate::index::keys`]) → empty values, or, where the store
+//!   has it at hand, the documents-table key of the entry's document (IndexedDB's index rows
+//!   carry their record's key; [`MemStore`] stores it); the executor then need not decode
+//!   the entry to find its document.
 //!
 //! The read trait is async so that IndexedDB (whose requests complete on the event loop) can
 //! implement it; a synchronous store (the relay's redb, [`MemStore`]) returns ready futures,
@@ -18,7 +21,8 @@ use std::ops::Bound;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use crate::document::DocumentError;
+use crate::document::{Document, DocumentError};
+use crate::encoding::document::{decode_document, DecodeError};
 
 /// The tables of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,6 +67,9 @@ pub struct KvError(pub String);
 /// One row of a scan.
 pub type Row = (Vec<u8>, Vec<u8>);
 
+/// What [`KvRead::get_documents`] found at one key.
+pub type StoredDocument = Option<Result<Document, DecodeError>>;
+
 /// Reads from an ordered store.
 #[allow(async_fn_in_trait)]
 pub trait KvRead {
@@ -80,6 +87,18 @@ pub trait KvRead {
             out.push(self.get(table, k).await?);
         }
         Ok(out)
+    }
+
+    /// The documents stored at several documents-table keys, decoded, in order (`None` where
+    /// absent, an error where the stored bytes do not decode). The default reads the bytes
+    /// with [`KvRead::get_many`]; a store that keeps documents decoded in memory (the
+    /// client's) hands those out instead.
+    async fn get_documents(&self, keys: &[Vec<u8>]) -> Result<Vec<StoredDocument>, KvError> {
+        let values = self.get_many(Table::Documents, keys).await?;
+        Ok(values
+            .into_iter()
+            .map(|v| v.map(|bytes| decode_document(&bytes)))
+            .collect())
     }
 
     /// At most `limit` rows of `range`, in ascending key order, or descending if `reverse`.
@@ -112,8 +131,9 @@ pub struct MemStore {
     /// keeps it consistent with `index`; public, like [`MemStore::table_mut`], so that tests
     /// can set up any state, corrupt records included.
     pub documents: BTreeMap<Vec<u8>, Vec<u8>>,
-    /// The index table: entry key → empty value, exactly the entries of the stored documents
-    /// when every write goes through `write_document`.
+    /// The index table: entry key → the key of its document (or an empty value: both are
+    /// what a store may answer, see the module doc), exactly the entries of the stored
+    /// documents when every write goes through `write_document`, which stores the key.
     pub index: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -184,9 +204,9 @@ impl MemStore {
         &mut self,
         catalog: &crate::index::def::IndexCatalog,
         name: &crate::path::DocumentName,
-        new: Option<&crate::document::Document>,
+        new: Option<&Document>,
     ) -> Result<crate::index::keys::IndexDiff, DocumentError> {
-        use crate::encoding::document::{decode_document, encode_document};
+        use crate::encoding::document::encode_document;
         use crate::index::keys::{document_key, index_diff};
         let key = document_key(name);
         let encoded = new.map(encode_document).transpose()?;
@@ -203,7 +223,7 @@ impl MemStore {
             self.index.remove(k);
         }
         for k in &diff.inserts {
-            self.index.insert(k.clone(), Vec::new());
+            self.index.insert(k.clone(), key.clone());
         }
         match encoded {
             Some(bytes) => self.documents.insert(key, bytes),

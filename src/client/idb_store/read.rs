@@ -13,7 +13,13 @@ use super::events::RequestEvents;
 use super::memo::Remembered;
 use super::{js, IdbStore, Store};
 use crate::client::error::ClientError;
-use hearth_core::kv::{KeyRange, KvError, KvRead, Row, Table};
+use hearth_core::document::Document;
+use hearth_core::encoding::document::decode_document;
+use hearth_core::kv::{KeyRange, KvError, KvRead, Row, StoredDocument, Table};
+
+/// A row as scanned: its key, its record (a `documents` record; undefined for an `entries`
+/// row answered from the memo) and, for an `entries` row, the key of its record.
+type Scanned = (Vec<u8>, JsValue, Vec<u8>);
 
 /// How a range scan reads IndexedDB.
 #[doc(hidden)]
@@ -174,13 +180,22 @@ impl IdbRead {
             .get(key, self.generation.get())
     }
 
+    /// A document the memo holds for this read's transaction, decoded.
+    fn remembered_document(&self, key: &[u8]) -> Option<Document> {
+        if self.store.check_open().is_err() {
+            return None;
+        }
+        self.store
+            .inner
+            .memo
+            .borrow_mut()
+            .document(key, self.generation.get())
+    }
+
     /// Tells the memo what IndexedDB answered for a document.
     fn remember(&self, store: Store, key: &[u8], value: &Option<Vec<u8>>) {
         if let (Store::Documents, Some(value)) = (store, value) {
-            let doc = Remembered {
-                value: value.clone(),
-                index_keys: None,
-            };
+            let doc = Remembered::new(value.clone(), None);
             self.store
                 .inner
                 .memo
@@ -204,10 +219,8 @@ impl IdbRead {
                 if !memo.may_put(generation) {
                     return;
                 }
-                let doc = Remembered {
-                    value: js::record_document(&record),
-                    index_keys: js::record_index_keys(&record),
-                };
+                let doc =
+                    Remembered::new(js::record_document(&record), js::record_index_keys(&record));
                 memo.read(&key, doc, generation);
             }
         });
@@ -221,7 +234,7 @@ impl IdbRead {
         options: &js_sys::Object,
         range: &KeyRange,
         reverse: bool,
-    ) -> Result<Option<Vec<(Vec<u8>, JsValue)>>, JsValue> {
+    ) -> Result<Option<Vec<Scanned>>, JsValue> {
         let events = RequestEvents::new(self.request(Store::Documents, |s| {
             js::index_get_all_keys(&s.index(js::INDEX_ENTRIES)?, options)
         })?);
@@ -319,7 +332,8 @@ impl IdbRead {
         let rows = self
             .scan_source(Source::Store(store), &range, false, cap)
             .await?;
-        let mut by_key: HashMap<Vec<u8>, JsValue> = rows.into_iter().collect();
+        let mut by_key: HashMap<Vec<u8>, JsValue> =
+            rows.into_iter().map(|(k, v, _)| (k, v)).collect();
         Ok(Some(
             keys.iter()
                 .map(|k| by_key.remove(k).and_then(|r| stored_value(store, &r)))
@@ -356,8 +370,10 @@ impl IdbRead {
         range: &KeyRange,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, JsValue)>, JsValue> {
-        self.scan_source(Source::Store(Store::Documents), range, false, limit)
-            .await
+        let rows = self
+            .scan_source(Source::Store(Store::Documents), range, false, limit)
+            .await?;
+        Ok(rows.into_iter().map(|(k, v, _)| (k, v)).collect())
     }
 
     /// A scan of `store` (`documents` rows carry the encoded documents), or with
@@ -373,12 +389,13 @@ impl IdbRead {
         Ok(match source {
             Source::Store(store) => rows
                 .into_iter()
-                .map(|(k, v)| {
+                .map(|(k, v, _)| {
                     let v = stored_value(store, &v).unwrap_or_default();
                     (k, v)
                 })
                 .collect(),
-            Source::Entries => rows.into_iter().map(|(k, _)| (k, Vec::new())).collect(),
+            // An entry's value: the key of the document it belongs to (`KvRead`).
+            Source::Entries => rows.into_iter().map(|(k, _, doc)| (k, doc)).collect(),
         })
     }
 
@@ -390,7 +407,7 @@ impl IdbRead {
         range: &KeyRange,
         reverse: bool,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, JsValue)>, JsValue> {
+    ) -> Result<Vec<Scanned>, JsValue> {
         if limit == 0 || range.is_empty() {
             return Ok(Vec::new());
         }
@@ -439,16 +456,17 @@ impl IdbRead {
                         .map(|r| {
                             let r: js::IdbRecord = r.unchecked_into();
                             let value = r.value();
+                            let mut doc = Vec::new();
                             if source == Source::Entries {
-                                let key = js::to_bytes(&r.primary_key());
+                                doc = js::to_bytes(&r.primary_key());
                                 if populate {
-                                    whole.push((key.clone(), value.clone()));
+                                    whole.push((doc.clone(), value.clone()));
                                 }
                                 if prefetched.len() < PREFETCH_CAP {
-                                    prefetched.insert(key, value.clone());
+                                    prefetched.insert(doc.clone(), value.clone());
                                 }
                             }
-                            (js::to_bytes(&r.key()), value)
+                            (js::to_bytes(&r.key()), value, doc)
                         })
                         .collect()
                 };
@@ -469,7 +487,7 @@ impl IdbRead {
                 Ok(keys
                     .iter()
                     .zip(values.iter())
-                    .map(|(k, v)| (js::to_bytes(&k), v))
+                    .map(|(k, v)| (js::to_bytes(&k), v, Vec::new()))
                     .collect())
             }
             ScanMethod::Cursor | ScanMethod::Auto => {
@@ -500,12 +518,12 @@ impl IdbRead {
         mut range: KeyRange,
         direction: IdbCursorDirection,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, JsValue)>, JsValue> {
+    ) -> Result<Vec<Scanned>, JsValue> {
         let store = match source {
             Source::Store(s) => s,
             Source::Entries => Store::Documents,
         };
-        let mut rows: Vec<(Vec<u8>, JsValue)> = Vec::new();
+        let mut rows: Vec<Scanned> = Vec::new();
         'resume: while !range.is_empty() {
             let query = idb_range(&range)?;
             let events = RequestEvents::new(self.request(store, |s| {
@@ -524,13 +542,15 @@ impl IdbRead {
                 let cursor: IdbCursorWithValue = cursor.unchecked_into();
                 let key = js::to_bytes(&cursor.key()?);
                 let value = cursor.value()?;
+                let mut doc = Vec::new();
                 if source == Source::Entries {
+                    doc = js::to_bytes(&cursor.primary_key()?);
                     let mut prefetched = self.prefetched.borrow_mut();
                     if prefetched.len() < PREFETCH_CAP {
-                        prefetched.insert(js::to_bytes(&cursor.primary_key()?), value.clone());
+                        prefetched.insert(doc.clone(), value.clone());
                     }
                 }
-                rows.push((key, value));
+                rows.push((key, value, doc));
                 if rows.len() >= limit {
                     break 'resume;
                 }
@@ -567,9 +587,9 @@ fn remembered_rows(
     found: &Array,
     range: &KeyRange,
     reverse: bool,
-) -> Option<Vec<(Vec<u8>, JsValue)>> {
+) -> Option<Vec<Scanned>> {
     let mut seen: HashMap<Vec<u8>, usize> = HashMap::new();
-    let mut rows: Vec<(Vec<u8>, JsValue)> = Vec::with_capacity(found.length() as usize);
+    let mut rows: Vec<Scanned> = Vec::with_capacity(found.length() as usize);
     for key in found.iter() {
         let key = js::to_bytes(&key);
         let keys = memo.visible(&key, generation)?.index_keys.as_ref()?;
@@ -578,20 +598,28 @@ fn remembered_rows(
         if reverse {
             in_range.reverse();
         }
-        let nth = seen.entry(key).or_insert(0);
-        let entry = in_range.get(*nth)?;
-        *nth += 1;
-        let ordered = rows.last().is_none_or(|(last, _)| {
-            if reverse {
-                *entry < last
-            } else {
-                *entry > last
-            }
-        });
+        // A document with one entry in the range is found once (found twice, its rows would
+        // not be strictly ordered below); only those with more are counted.
+        let entry = if in_range.len() == 1 {
+            in_range[0]
+        } else {
+            let nth = seen.entry(key.clone()).or_insert(0);
+            *nth += 1;
+            in_range.get(*nth - 1).copied()?
+        };
+        let ordered = rows.last().is_none_or(
+            |(last, _, _)| {
+                if reverse {
+                    entry < last
+                } else {
+                    entry > last
+                }
+            },
+        );
         if !ordered {
             return None;
         }
-        rows.push(((*entry).clone(), JsValue::UNDEFINED));
+        rows.push((entry.clone(), JsValue::UNDEFINED, key));
     }
     Some(rows)
 }
@@ -661,6 +689,32 @@ impl KvRead for IdbRead {
                 Ok(out)
             }
         }
+    }
+
+    /// Documents the memo holds come decoded from it; the records of this read's own
+    /// `entries` scan, and the rest, are read and decoded.
+    async fn get_documents(&self, keys: &[Vec<u8>]) -> Result<Vec<StoredDocument>, KvError> {
+        let mut out: Vec<Option<StoredDocument>> = keys
+            .iter()
+            .map(|k| {
+                if self.prefetched.borrow().contains_key(k) {
+                    return None;
+                }
+                self.remembered_document(k).map(|d| Some(Ok(d)))
+            })
+            .collect();
+        let missing: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        if !missing.is_empty() {
+            let wanted: Vec<Vec<u8>> = missing.iter().map(|&i| keys[i].clone()).collect();
+            let values = self
+                .get_many_raw(Store::Documents, &wanted)
+                .await
+                .map_err(|e| self.kv_error("reading `documents`", &e))?;
+            for (i, value) in missing.into_iter().zip(values) {
+                out[i] = Some(value.map(|bytes| decode_document(&bytes)));
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
     }
 
     async fn scan(

@@ -137,8 +137,8 @@ enum Source {
 /// One branch: yields its matching documents in query (or reversed) order.
 struct BranchStream {
     source: Source,
-    /// Documents of index rows already read, fetched together (in order).
-    prefetched: VecDeque<(DocumentName, Option<Document>)>,
+    /// Documents of index rows already read, fetched together (in order), with their entries.
+    prefetched: VecDeque<(Vec<u8>, Option<Document>)>,
 }
 
 impl BranchStream {
@@ -198,12 +198,17 @@ impl BranchStream {
                     if scanner.peek(kv).await?.is_none() {
                         return Ok(None);
                     }
-                    let mut names = Vec::with_capacity(scanner.buf.len());
-                    while let Some((key, _)) = scanner.pop() {
-                        names.push(decode_entry(def, &key).map_err(corrupt)?.name);
+                    let mut entries = Vec::with_capacity(scanner.buf.len());
+                    let mut keys = Vec::with_capacity(scanner.buf.len());
+                    while let Some((entry, doc_key)) = scanner.pop() {
+                        keys.push(if doc_key.is_empty() {
+                            document_key(&decode_entry(def, &entry).map_err(corrupt)?.name)
+                        } else {
+                            doc_key
+                        });
+                        entries.push(entry);
                     }
-                    let keys: Vec<Vec<u8>> = names.iter().map(document_key).collect();
-                    let docs = kv.get_many(Table::Documents, &keys).await?;
+                    let docs = kv.get_documents(&keys).await?;
                     if docs.len() != keys.len() {
                         return Err(QueryError::Storage(KvError(format!(
                             "{} documents read, {} answered",
@@ -211,22 +216,24 @@ impl BranchStream {
                             docs.len()
                         ))));
                     }
-                    for (name, bytes) in names.into_iter().zip(docs) {
-                        let doc = bytes
-                            .map(|b| decode_document(&b).map_err(corrupt))
-                            .transpose()?;
-                        self.prefetched.push_back((name, doc));
+                    for (entry, doc) in entries.into_iter().zip(docs) {
+                        let doc = doc.transpose().map_err(corrupt)?;
+                        self.prefetched.push_back((entry, doc));
                     }
                 }
-                let Some((name, doc)) = self.prefetched.pop_front() else {
+                let Some((entry, doc)) = self.prefetched.pop_front() else {
                     // Rows were read, so names were: a store that answers none is broken.
                     return Err(QueryError::Storage(KvError(
                         "the store answered no documents for index rows".into(),
                     )));
                 };
-                return doc.map(Some).ok_or_else(|| {
-                    corrupt(format!("index entry for `{name}` but no such document"))
-                });
+                return match doc {
+                    Some(doc) => Ok(Some(doc)),
+                    None => Err(corrupt(match decode_entry(def, &entry) {
+                        Ok(e) => format!("index entry for `{}` but no such document", e.name),
+                        Err(e) => e.to_string(),
+                    })),
+                };
             }
             Source::ZigZag(scans) => match zigzag_next(kv, scans).await? {
                 Some(name) => name,

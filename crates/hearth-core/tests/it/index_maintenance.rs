@@ -351,7 +351,7 @@ fn apply_writes(
             applied.remove(k);
         }
         for k in &diff.inserts {
-            applied.insert(k.clone(), Vec::new());
+            applied.insert(k.clone(), document_key(name));
         }
         prop_assert!(applied == store.index, "the diff is not the table's change");
         match new {
