@@ -149,7 +149,7 @@ pub fn from_value(v: &Value) -> JsValue {
         Value::Integer(i) => JsValue::from_f64(*i as f64),
         Value::Double(d) => JsValue::from_f64(*d),
         Value::Timestamp(t) => types::Timestamp::from_core(*t).into(),
-        Value::String(s) => super::js::short_string(s),
+        Value::String(s) => super::js::interned(s),
         Value::Bytes(b) => types::Bytes::from_vec(b.clone()).into(),
         Value::Reference(name) => reference(name),
         Value::GeoPoint(g) => types::GeoPoint::from_core(*g).into(),

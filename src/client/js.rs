@@ -4,7 +4,6 @@
 //! modules, so they can depend on it without depending on each other both ways.
 
 use std::cell::{OnceCell, RefCell};
-use std::collections::HashMap;
 
 use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
@@ -14,64 +13,35 @@ use hearth_core::value::Value;
 /// `Number.MAX_SAFE_INTEGER`: 2^53 − 1.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
-/// Longest name [`interned`] keeps, in bytes.
+/// Longest string [`interned`] keeps, in bytes.
 const INTERNED_LEN: usize = 64;
 
-/// Most names [`interned`] keeps (it starts again when full).
-const INTERNED_COUNT: usize = 2048;
-
-/// Longest string [`short_string`] keeps, in bytes.
-const SHORT_LEN: usize = 24;
-
-/// Slots of [`short_string`]'s cache (a power of two).
-const SHORT_SLOTS: usize = 1024;
+/// Slots of [`interned`]'s cache (a power of two).
+const INTERNED_SLOTS: usize = 4096;
 
 thread_local! {
     static OBJECT_PROTOTYPE: OnceCell<JsValue> = const { OnceCell::new() };
-    /// JS strings of short string values made before, one per slot of their hash.
-    static SHORT: RefCell<Vec<Option<(Box<str>, JsValue)>>> = const { RefCell::new(Vec::new()) };
-    /// JS strings of names made before, by name.
-    static INTERNED: RefCell<HashMap<Box<str>, JsValue>> = RefCell::new(HashMap::new());
+    /// JS strings made before, one per slot of their hash.
+    static INTERNED: RefCell<Vec<Option<(Box<str>, JsValue)>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `name` as a JS string, made once while it is among the last few thousand short names
-/// asked for: field names come back with every document converted, and a lookup here costs
-/// less than decoding the same UTF-8 into a new JS string each time.
-pub(crate) fn interned(name: &str) -> JsValue {
-    if name.len() > INTERNED_LEN {
-        return JsValue::from_str(name);
-    }
-    INTERNED.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if let Some(js) = cache.get(name) {
-            return js.clone();
-        }
-        if cache.len() >= INTERNED_COUNT {
-            cache.clear();
-        }
-        let js = JsValue::from_str(name);
-        cache.insert(name.into(), js.clone());
-        js
-    })
-}
-
-/// A string value as a JS string. Short ones are kept in a small cache, one per slot of
-/// their hash: the values that repeat across documents (a status, a type, a currency) are
-/// made once rather than decoded from UTF-8 for every document converted, and a value that
-/// does not repeat costs a hash and a slot.
-pub(crate) fn short_string(s: &str) -> JsValue {
-    if s.len() > SHORT_LEN {
+/// `s` as a JS string, made once while it holds its slot of a small cache (one string per
+/// slot of its hash; a string that does not repeat costs a hash and the slot). Field
+/// names, document ids and short string values come back with every document converted,
+/// and a lookup here costs less than decoding the same UTF-8 into a new JS string each time.
+pub(crate) fn interned(s: &str) -> JsValue {
+    if s.len() > INTERNED_LEN {
         return JsValue::from_str(s);
     }
     // FNV-1a.
     let hash = s.bytes().fold(0x811c_9dc5u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
-    let slot = hash as usize & (SHORT_SLOTS - 1);
-    SHORT.with(|cache| {
+    let slot = hash as usize & (INTERNED_SLOTS - 1);
+    INTERNED.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.is_empty() {
-            cache.resize_with(SHORT_SLOTS, || None);
+            cache.resize_with(INTERNED_SLOTS, || None);
         }
         match &mut cache[slot] {
             Some((held, js)) if **held == *s => js.clone(),

@@ -94,8 +94,9 @@ impl DocumentSnapshot {
     }
 
     #[wasm_bindgen(getter)]
-    pub fn id(&self) -> String {
-        self.name.id().to_owned()
+    #[wasm_bindgen(unchecked_return_type = "string")]
+    pub fn id(&self) -> JsValue {
+        crate::client::js::interned(self.name.id())
     }
 
     #[wasm_bindgen(getter, js_name = ref)]
