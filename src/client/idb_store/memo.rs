@@ -22,8 +22,9 @@
 //! document's index entry keys: a scan of the `entries` index then asks IndexedDB only for
 //! the documents' keys, and takes the index keys and documents from here.
 //!
-//! The memo holds at most [`MEMO_BUDGET`] bytes (keys, values and a fixed overhead per
-//! entry), first in, first out.
+//! The memo holds at most [`MEMO_BUDGET`] bytes (keys, values, decoded documents and a
+//! fixed overhead per entry), first in, first out; a document decoded for a query counts as
+//! put again then.
 //!
 //! [`IdbStore::keep_in_memory`]: super::IdbStore::keep_in_memory
 
@@ -213,6 +214,12 @@ impl Memo {
         let doc = decode_document(&entry.doc.value).ok()?;
         entry.doc.decoded = Some(doc.clone());
         self.bytes += entry.doc.value.len() * DECODED_PER_BYTE;
+        // A document a query reads goes to the back of the line: what grows the memo here
+        // must not push out what the same queries read next (they would miss, and read
+        // IndexedDB the usual way for the next few scans).
+        self.stamp += 1;
+        entry.stamp = self.stamp;
+        self.order.push_back((key.to_vec(), self.stamp));
         self.evict();
         Some(doc)
     }
