@@ -2,13 +2,13 @@
 // pages load /pkg/hearth.js), and headless Chromium driven by playwright-core.
 import { before, after } from 'node:test';
 import { spawn, spawnSync } from 'node:child_process';
-import { createServer } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
 import { cpSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, extname, normalize } from 'node:path';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
+import { startServer as serveRepository } from '../../scripts/lib/bench-page.mjs';
 
 export const root = new URL('../../', import.meta.url).pathname;
 
@@ -18,28 +18,9 @@ export async function startRelay(extraArgs = []) {
   return startRelayProcess(extraArgs);
 }
 
-const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript',
-  '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
-
-/** Serves the repository read-only on a free loopback port. */
-export async function startServer() {
-  const server = createServer((req, res) => {
-    const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname));
-    if (path.includes('..')) { res.writeHead(400).end(); return; }
-    const file = join(root, path.endsWith('/') ? path + 'index.html' : path);
-    try {
-      const body = readFileSync(file);
-      res.writeHead(200, { 'content-type': types[extname(file)] || 'application/octet-stream',
-        'cache-control': 'no-store' });
-      res.end(body);
-    } catch {
-      res.writeHead(404).end('not found');
-    }
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  // Browsers keep connections alive: close them, or close() waits for them.
-  return { origin: `http://127.0.0.1:${server.address().port}`,
-    stop: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }) };
+/** Serves the repository read-only on a free loopback port (not cross-origin isolated). */
+export function startServer() {
+  return serveRepository({ isolated: false });
 }
 
 /** Reads a LEB128 varint (the protocol's, docs/protocol.md) from `b` at `at`: [value, next

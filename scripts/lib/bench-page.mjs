@@ -1,5 +1,6 @@
-// What the browser benchmark drivers share: a read-only server of the repository and a
-// headless Chromium on a fresh profile (Debian's /usr/bin/chromium, or $CHROMIUM).
+// What the browser benchmark drivers share: a read-only server of the repository (the
+// npm package's end-to-end tests use it too) and a headless Chromium on a fresh profile
+// (Debian's /usr/bin/chromium, or $CHROMIUM).
 import { createServer } from 'node:http';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,25 +12,28 @@ export const root = new URL('../../', import.meta.url).pathname;
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript',
   '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
 
-/** Serves the repository read-only on 127.0.0.1. COOP/COEP make the page cross-origin
- *  isolated, which gives performance.now() 5 µs resolution instead of 100 µs. */
-export async function startServer() {
+/** Serves the repository read-only on 127.0.0.1, `no-store`. With `isolated` (the benchmarks'
+ *  default), COOP/COEP make the pages cross-origin isolated, which gives performance.now()
+ *  5 µs resolution instead of 100 µs. The npm package's end-to-end tests serve with it too
+ *  (`pkg-tests/e2e/harness.mjs`, not isolated). */
+export async function startServer({ isolated = true } = {}) {
   const server = createServer((req, res) => {
     const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname));
     if (path.includes('..')) { res.writeHead(400).end(); return; }
     const file = join(root, path.endsWith('/') ? path + 'index.html' : path);
     try {
       const body = readFileSync(file);
+      const isolation = isolated ? { 'cross-origin-opener-policy': 'same-origin',
+        'cross-origin-embedder-policy': 'require-corp' } : {};
       res.writeHead(200, { 'content-type': types[extname(file)] || 'application/octet-stream',
-        'cache-control': 'no-store',
-        'cross-origin-opener-policy': 'same-origin',
-        'cross-origin-embedder-policy': 'require-corp' });
+        'cache-control': 'no-store', ...isolation });
       res.end(body);
     } catch {
       res.writeHead(404).end('not found');
     }
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  // Browsers keep connections alive: close them, or close() waits for them.
   return { origin: `http://127.0.0.1:${server.address().port}`,
     stop: () => new Promise((r) => { server.closeAllConnections?.(); server.close(r); }) };
 }
