@@ -2,7 +2,8 @@
 //! a second connection to the same database, which keeps nothing in memory, reads what is
 //! committed; the remembering one must read the same at every step.
 
-use hearth::client::idb_store::{IdbStore, Store, WriteOp};
+use hearth::client::error::ClientError;
+use hearth::client::idb_store::{IdbStore, Key, Store, WriteInFlight, WriteOp};
 use hearth_core::kv::{KvRead, Table};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
@@ -63,44 +64,76 @@ async fn a_failed_write_is_never_read_from_memory() {
     IdbStore::delete("t-memo").await.unwrap();
 }
 
+/// A fresh database `name` opened twice: a connection that keeps documents in memory, and a
+/// plain one that reads what IndexedDB holds.
+async fn remembering_and_plain(name: &str) -> (IdbStore, IdbStore) {
+    let s = fresh(name).await;
+    s.keep_in_memory();
+    (s, IdbStore::open(name).await.unwrap())
+}
+
+/// A write begun on a store, or why it could not begin.
+type Begun = Result<WriteInFlight, ClientError>;
+
+/// Begins, on the documents and remote stores, a batch that puts `value` at `key` and, at
+/// random, also makes a request IndexedDB refuses, deletes one of `keys`, or deletes the
+/// range from the first of `keys` to the fourth.
+async fn begin_random_write(
+    s: &IdbStore,
+    rng: &mut Rng,
+    key: &[u8],
+    value: &[u8],
+    keys: &[Vec<u8>],
+) -> Begun {
+    let mut ops = vec![Ok(doc(key, value, &[]))];
+    match rng.below(8) {
+        0 => ops.push(Ok(refused())),
+        1 => ops.push(Ok(WriteOp::Delete {
+            store: Store::Documents,
+            key: Key::Bytes(keys[rng.below(keys.len() as u64) as usize].clone()),
+        })),
+        2 => ops.push(Ok(WriteOp::DeleteRange {
+            store: Store::Documents,
+            start: keys[0].clone(),
+            end: keys[3].clone(),
+        })),
+        _ => {}
+    }
+    s.begin_write(&[Store::Documents, Store::Remote], ops).await
+}
+
+/// Finishes one write in flight, picked at random (whatever its outcome).
+async fn finish_one(rng: &mut Rng, in_flight: &mut Vec<Begun>) {
+    let w = in_flight.remove(rng.below(in_flight.len() as u64) as usize);
+    if let Ok(w) = w {
+        let _ = w.done().await;
+    }
+}
+
+/// Finishes every write in flight, in the order they began.
+async fn finish_all(in_flight: Vec<Begun>) {
+    for w in in_flight.into_iter().flatten() {
+        let _ = w.done().await;
+    }
+}
+
 /// Writes begun and finished in random order (some of them refused), reads in between, and
 /// range deletions: the remembering connection always reads what a plain connection reads.
 #[wasm_bindgen_test]
 async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
     let (seed, mut rng) = seeded("memory_agrees_with_indexeddb_under_overlapping_writes");
-    let s = fresh("t-memo-model").await;
-    s.keep_in_memory();
-    let plain = IdbStore::open("t-memo-model").await.unwrap();
+    let (s, plain) = remembering_and_plain("t-memo-model").await;
     let key = |i: u64| format!("d{i}").into_bytes();
+    let keys: Vec<Vec<u8>> = (0..6).map(key).collect();
     let mut in_flight = Vec::new();
     for step in 0..300u32 {
         match rng.below(10) {
             0..=3 => {
                 let k = key(rng.below(6));
                 let value = format!("v{step}").into_bytes();
-                let mut ops = vec![Ok(doc(&k, &value, &[]))];
-                match rng.below(8) {
-                    0 => ops.push(Ok(refused())),
-                    1 => ops.push(Ok(WriteOp::Delete {
-                        store: Store::Documents,
-                        key: hearth::client::idb_store::Key::Bytes(key(rng.below(6))),
-                    })),
-                    2 => ops.push(Ok(WriteOp::DeleteRange {
-                        store: Store::Documents,
-                        start: key(0),
-                        end: key(3),
-                    })),
-                    _ => {}
-                }
-                let scope = [Store::Documents, Store::Remote];
-                in_flight.push(s.begin_write(&scope, ops).await);
+                in_flight.push(begin_random_write(&s, &mut rng, &k, &value, &keys).await);
             }
-            4..=5 if !in_flight.is_empty() => {
-                let w = in_flight.remove(rng.below(in_flight.len() as u64) as usize);
-                if let Ok(w) = w {
-                    let _ = w.done().await;
-                }
-            }
+            4..=5 if !in_flight.is_empty() => finish_one(&mut rng, &mut in_flight).await,
             _ => {
                 let k = key(rng.below(6));
                 let (got, want) = (read(&s, &k).await, read(&plain, &k).await);
@@ -108,9 +141,7 @@ async fn memory_agrees_with_indexeddb_under_overlapping_writes() {
             }
         }
     }
-    for w in in_flight.into_iter().flatten() {
-        let _ = w.done().await;
-    }
+    finish_all(in_flight).await;
     for i in 0..6 {
         let (got, want) = (read(&s, &key(i)).await, read(&plain, &key(i)).await);
         assert_eq!(got, want, "seed {seed:#x}, at the end, key {i}");
@@ -152,39 +183,16 @@ async fn read_documents(s: &IdbStore, keys: &[Vec<u8>]) -> Vec<String> {
 #[wasm_bindgen_test]
 async fn decoded_documents_agree_with_indexeddb() {
     let (seed, mut rng) = seeded("decoded_documents_agree_with_indexeddb");
-    let s = fresh("t-memo-decoded").await;
-    s.keep_in_memory();
-    let plain = IdbStore::open("t-memo-decoded").await.unwrap();
+    let (s, plain) = remembering_and_plain("t-memo-decoded").await;
     let keys: Vec<Vec<u8>> = (0..6).map(|i| encoded(i, 0).0).collect();
     let mut in_flight = Vec::new();
     for step in 1..300u32 {
         match rng.below(10) {
             0..=3 => {
                 let (k, value) = encoded(rng.below(6), step);
-                let mut ops = vec![Ok(doc(&k, &value, &[]))];
-                match rng.below(8) {
-                    0 => ops.push(Ok(refused())),
-                    1 => ops.push(Ok(WriteOp::Delete {
-                        store: Store::Documents,
-                        key: hearth::client::idb_store::Key::Bytes(
-                            keys[rng.below(6) as usize].clone(),
-                        ),
-                    })),
-                    2 => ops.push(Ok(WriteOp::DeleteRange {
-                        store: Store::Documents,
-                        start: keys[0].clone(),
-                        end: keys[3].clone(),
-                    })),
-                    _ => {}
-                }
-                in_flight.push(s.begin_write(&[Store::Documents, Store::Remote], ops).await);
+                in_flight.push(begin_random_write(&s, &mut rng, &k, &value, &keys).await);
             }
-            4..=5 if !in_flight.is_empty() => {
-                let w = in_flight.remove(rng.below(in_flight.len() as u64) as usize);
-                if let Ok(w) = w {
-                    let _ = w.done().await;
-                }
-            }
+            4..=5 if !in_flight.is_empty() => finish_one(&mut rng, &mut in_flight).await,
             _ => {
                 let (got, want) = (
                     read_documents(&s, &keys).await,
@@ -194,9 +202,7 @@ async fn decoded_documents_agree_with_indexeddb() {
             }
         }
     }
-    for w in in_flight.into_iter().flatten() {
-        let _ = w.done().await;
-    }
+    finish_all(in_flight).await;
     let want = read_documents(&plain, &keys).await;
     assert_eq!(
         read_documents(&s, &keys).await,

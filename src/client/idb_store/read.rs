@@ -168,28 +168,23 @@ impl IdbRead {
         Ok(made)
     }
 
+    /// The memo, while the store is open (a closed one reads nothing from it).
+    fn memo(&self) -> Option<std::cell::RefMut<'_, super::memo::Memo>> {
+        self.store.check_open().ok()?;
+        Some(self.store.inner.memo.borrow_mut())
+    }
+
     /// The bytes of a document the memo holds for this read's transaction.
     fn remembered(&self, store: Store, key: &[u8]) -> Option<Vec<u8>> {
-        if store != Store::Documents || self.store.check_open().is_err() {
+        if store != Store::Documents {
             return None;
         }
-        self.store
-            .inner
-            .memo
-            .borrow()
-            .get(key, self.generation.get())
+        self.memo()?.get(key, self.generation.get())
     }
 
     /// A document the memo holds for this read's transaction, decoded.
     fn remembered_document(&self, key: &[u8]) -> Option<Document> {
-        if self.store.check_open().is_err() {
-            return None;
-        }
-        self.store
-            .inner
-            .memo
-            .borrow_mut()
-            .document(key, self.generation.get())
+        self.memo()?.document(key, self.generation.get())
     }
 
     /// Tells the memo what IndexedDB answered for a document.
