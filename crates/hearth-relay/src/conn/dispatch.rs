@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::{error, now_unix, Connection};
 
-/// How long a resuming listen waits for the fan-out to publish the store's latest version,
-/// and how many times (see `Connection::listen`).
+/// How long a listen waits for the fan-out to publish the store's latest version, and how
+/// many times (see `ListenStart::run`).
 const BEHIND_WAIT: Duration = Duration::from_millis(2);
 const BEHIND_TRIES: u32 = 50;
 
@@ -573,7 +573,10 @@ impl ListenStart {
     /// at the store's latest version; when that is ahead of what the fan-out has published
     /// (a commit is on its way to it) the states would be newer than the target's first
     /// snapshot, so the listen is asked again shortly ([`Listened::Behind`]), and only after
-    /// `BEHIND_TRIES` is the newer read taken (the commit's own delta follows it).
+    /// `BEHIND_TRIES` is the newer read taken (the commit's own delta follows it). A fresh
+    /// listen joining a live query waits the same way while the query's view is older than
+    /// the store's latest version, so its first snapshot shows every write acknowledged
+    /// before it began (here or on another relay).
     fn run(self, relay: &Relay) -> Result<Listened, QueryError> {
         let limit = relay.config().max_listens_per_connection;
         let held = self
@@ -594,6 +597,19 @@ impl ListenStart {
         let store = relay.store().clone();
         let name = db.name().to_owned();
         let (resume, accept_ahead) = (self.resume, self.accept_ahead);
+        // Every write acknowledged before this listen began is at or below the store's
+        // latest version now: a fresh listen joining a live query whose view is older (its
+        // commit still on the way to the fan-out) waits as a resume does. Read before the
+        // fan-out lock, which a PostgreSQL round trip must not hold. When the store cannot
+        // tell (an outage), a live query's view is served as it is: nothing is acknowledged
+        // meanwhile, and a commit on its way to the fan-out follows as a delta.
+        let latest = match resume {
+            None => store
+                .snapshot(&name)
+                .and_then(|s| s.database(&name).version())
+                .unwrap_or(0),
+            Some(_) => 0,
+        };
         let guard = self.access.map(|access| {
             let guard = ListenGuard::new(access, db.name(), store.clone(), q.clone());
             Arc::new(guard) as Arc<dyn TargetGuard>
@@ -604,6 +620,7 @@ impl ListenStart {
             q,
             |q| relay.query_latest(db, q),
             move |at| match resume {
+                None if latest > at && !accept_ahead => Start::Behind,
                 None => Start::Fresh,
                 Some(r) if r > at => {
                     // A version this relay never had: the client's state is unknown.

@@ -263,3 +263,44 @@ async fn churn_of_listens_and_connections_leaves_the_other_listeners_intact() {
         assert_eq!(gauge, live.len() as f64, "round {round}");
     }
 }
+
+#[tokio::test]
+async fn a_listen_joining_a_live_query_sees_every_acknowledged_write() {
+    // Read-your-writes across connections: once a write is acknowledged, a listen started
+    // afterwards shows it in its first snapshot, also when it joins a query another
+    // connection already listens to (the fan-out applies a commit after its writer is
+    // answered, so the live query's view can lag the acknowledged write for a moment).
+    let relay = Relay::fresh(&[]);
+    joins_see_acknowledged_writes(&relay, &relay, "joined").await;
+}
+
+/// Writes 60 documents one by one through `writes`, a listen on `reads` kept live on
+/// their collection; after each acknowledgement a new connection to `reads` listens on
+/// the same query, and its first snapshot must show every document written so far.
+pub(crate) async fn joins_see_acknowledged_writes(writes: &Relay, reads: &Relay, db: &str) {
+    let writer = writes.client(db).await;
+    let watcher = reads.client(db).await;
+    let reader = reads.client(db).await;
+    let q = Query::collection(coll("joined"));
+    let mut live = within(watcher.listen(&q, None)).await.unwrap();
+    within(live.next()).await.unwrap();
+    for i in 0..60 {
+        let doc = format!("joined/d{i:03}");
+        let write = writer.write(vec![Mutation::set(name(&doc), map([("i", int(i))]))]);
+        let version = within(write).await.unwrap();
+        let mut joined = within(reader.listen(&q, None)).await.unwrap();
+        let first = within(joined.next()).await.unwrap();
+        assert!(
+            first.version >= version,
+            "round {i}: the first snapshot is at {} but the write was acknowledged at {version}",
+            first.version
+        );
+        assert!(
+            names(&first.documents).iter().any(|n| n.ends_with(&doc)),
+            "round {i}: the first snapshot (version {}) misses {doc}, acknowledged at {version}",
+            first.version
+        );
+        assert_eq!(first.documents.len(), i as usize + 1, "round {i}");
+        joined.stop().await;
+    }
+}

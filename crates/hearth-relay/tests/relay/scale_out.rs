@@ -169,6 +169,15 @@ async fn three_relays_show_every_listener_one_gap_free_sequence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_on_another_relay_sees_every_acknowledged_write() {
+    // A write acknowledged by one relay is in the first snapshot of a listen started
+    // afterwards on another, also one joining a query already live there.
+    let dir = TempDir::new("joined");
+    let (_url, relays) = relays(&dir, 2, &[]);
+    crate::listens_edges::joins_see_acknowledged_writes(&relays[0], &relays[1], DB).await;
+}
+
+#[tokio::test]
 async fn healthz_follows_the_database() {
     let server = crate::pg::Own::start("health");
     let url = server.0.url("health");
