@@ -44,7 +44,7 @@ const watchdog = setTimeout(async () => {
   process.exit(2);
 }, timeoutMs);
 
-const openPage = (url) => open(context, url, err);
+const openPage = (url, o) => open(context, url, err, o);
 
 async function main() {
   server = await startServer();
@@ -60,24 +60,30 @@ async function main() {
   await page.close();
   err(`bench-browser: userAgent ${meta.userAgent}; crossOriginIsolated=${meta.crossOriginIsolated}`);
 
-  // 6. Cold start: new pages in the same profile, alternating Hearth and the baseline.
-  const hs = [];
-  const rs = [];
+  // 6. Cold start: new pages in the same profile, rotating the three kinds. A first visit
+  // empties the HTTP cache before its page loads, so the package is downloaded and compiled;
+  // a returning page gets it from the cache (the server answers 304, as hearth-relay
+  // --static-dir does).
+  const samples = { first: [], returning: [], raw: [] };
+  const kinds = ['first', 'returning', 'raw'];
   for (let i = 0; i < coldRuns; i++) {
-    for (const which of i % 2 ? ['raw', 'hearth'] : ['hearth', 'raw']) {
-      const p = await openPage(url);
-      const r = await p.evaluate(([w, o]) => (w === 'hearth' ? window.bench.coldHearth(o) : window.bench.coldRaw(o)),
+    for (const k of [0, 1, 2]) {
+      const which = kinds[(i + k) % 3];
+      const p = await openPage(url, { firstVisit: which === 'first' });
+      const r = await p.evaluate(([w, o]) => (w === 'raw' ? window.bench.coldRaw(o) : window.bench.coldHearth(o)),
         [which, options]);
       await p.close();
       const same = r.ids.length === meta.finalTop5Ids.length && r.ids.every((x, k) => x === meta.finalTop5Ids[k]);
       if (!same) throw new Error(`cold start (${which}) returned ${JSON.stringify(r.ids)}, expected ${JSON.stringify(meta.finalTop5Ids)}`);
-      (which === 'hearth' ? hs : rs).push(r);
+      samples[which].push(r);
       err(`  cold ${which} #${i + 1}: ${r.total.toFixed(1)} ms`);
     }
   }
   // coldMeasurement is pure; run it in a page to share the formatting code.
   const p = await openPage(url);
-  results.push(await p.evaluate(([h, r]) => window.bench.coldMeasurement(h, r), [hs, rs]));
+  for (const [which, name] of [['first', 'cold_start_init_open_first_query'], ['returning', 'cold_start_returning_page']]) {
+    results.push(await p.evaluate(([h, r, n]) => window.bench.coldMeasurement(h, r, n), [samples[which], samples.raw, name]));
+  }
   await p.close();
 
   for (const m of results) console.log(JSON.stringify({ ...m, docs: options.docs }));

@@ -2,7 +2,7 @@
 // npm package's end-to-end tests use it too) and a headless Chromium on a fresh profile
 // (Debian's /usr/bin/chromium, or $CHROMIUM).
 import { createServer } from 'node:http';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, extname, normalize } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -12,9 +12,12 @@ export const root = new URL('../../', import.meta.url).pathname;
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript',
   '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
 
-/** Serves the repository read-only on 127.0.0.1, `no-store`. With `isolated` (the benchmarks'
- *  default), COOP/COEP make the pages cross-origin isolated, which gives performance.now()
- *  5 µs resolution instead of 100 µs. The npm package's end-to-end tests serve with it too
+/** Serves the repository read-only on 127.0.0.1 as `hearth-relay --static-dir` serves an
+ *  app: each file with a validator (`etag`, from its size and modification time) and
+ *  `cache-control: no-cache`, so a page asks again on every load and an unchanged file is
+ *  answered `304` from the browser's cache. With `isolated` (the benchmarks' default),
+ *  COOP/COEP make the pages cross-origin isolated, which gives performance.now() 5 µs
+ *  resolution instead of 100 µs. The npm package's end-to-end tests serve with it too
  *  (`pkg-tests/e2e/harness.mjs`, not isolated). */
 export async function startServer({ isolated = true } = {}) {
   const server = createServer((req, res) => {
@@ -22,11 +25,18 @@ export async function startServer({ isolated = true } = {}) {
     if (path.includes('..')) { res.writeHead(400).end(); return; }
     const file = join(root, path.endsWith('/') ? path + 'index.html' : path);
     try {
-      const body = readFileSync(file);
+      const stat = statSync(file);
+      const tag = `"${stat.size.toString(16)}-${Math.floor(stat.mtimeMs).toString(16)}"`;
       const isolation = isolated ? { 'cross-origin-opener-policy': 'same-origin',
         'cross-origin-embedder-policy': 'require-corp' } : {};
+      const headers = { etag: tag, 'cache-control': 'no-cache', ...isolation };
+      if (req.headers['if-none-match'] === tag) {
+        res.writeHead(304, headers).end();
+        return;
+      }
+      const body = readFileSync(file);
       res.writeHead(200, { 'content-type': types[extname(file)] || 'application/octet-stream',
-        'cache-control': 'no-store', ...isolation });
+        ...headers });
       res.end(body);
     } catch {
       res.writeHead(404).end('not found');
@@ -54,9 +64,16 @@ export function launch(profile) {
   });
 }
 
-/** Opens the bench page in `context` and waits until it is ready. */
-export async function openPage(context, url, log) {
+/** Opens the bench page in `context` and waits until it is ready. With `firstVisit`, the
+ *  browser's HTTP cache is emptied first, so nothing the page loads comes from an earlier
+ *  visit. */
+export async function openPage(context, url, log, { firstVisit = false } = {}) {
   const page = await context.newPage();
+  if (firstVisit) {
+    const cdp = await context.newCDPSession(page);
+    await cdp.send('Network.clearBrowserCache');
+    await cdp.detach();
+  }
   page.on('console', (m) => log(`  [page] ${m.text()}`));
   page.on('pageerror', (e) => log('  [page error]', e));
   await page.goto(url);
