@@ -4,6 +4,7 @@
 
 use hearth::client::error::ClientError;
 use hearth::client::idb_store::{IdbStore, Key, Store, WriteInFlight, WriteOp};
+use hearth::client::js::join;
 use hearth_core::kv::{KvRead, Table};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
@@ -318,4 +319,187 @@ async fn index_scans_from_memory_agree_with_indexeddb() {
     plain.close();
     s.close();
     IdbStore::delete("t-memo-scan").await.unwrap();
+}
+
+/// A random document of `d{i:02}` for the kept-scans test: up to three index keys, each one
+/// of a few prefixes followed by the document's key.
+fn scanned_doc(rng: &mut Rng, i: u64) -> WriteOp {
+    let key = format!("d{i:02}").into_bytes();
+    let index_keys = (0..rng.below(4))
+        .map(|_| {
+            let mut k = vec![b"ab"[rng.below(2) as usize], rng.below(3) as u8];
+            k.extend_from_slice(&key);
+            k
+        })
+        .collect();
+    let value = format!("v{}", rng.next() % 1000).into_bytes();
+    WriteOp::PutDocument {
+        key,
+        value,
+        index_keys,
+        used: 0.0,
+    }
+}
+
+/// A random batch of the kept-scans test: a document put, and at random a request
+/// IndexedDB refuses, a document deleted, or a range of them deleted.
+fn random_ops(rng: &mut Rng) -> Vec<Result<WriteOp, ClientError>> {
+    let key = |i: u64| format!("d{i:02}").into_bytes();
+    let i = rng.below(16);
+    let mut ops = vec![Ok(scanned_doc(rng, i))];
+    match rng.below(16) {
+        0 => ops.push(Ok(refused())),
+        1 => ops.push(Ok(WriteOp::Delete {
+            store: Store::Documents,
+            key: Key::Bytes(key(rng.below(16))),
+        })),
+        2 => ops.push(Ok(WriteOp::DeleteRange {
+            store: Store::Documents,
+            start: key(0),
+            end: key(3),
+        })),
+        _ => {}
+    }
+    ops
+}
+
+/// One of a few ranges over the kept-scans test's index keys, one of them often, so that
+/// scans repeat.
+fn scanned_range(rng: &mut Rng) -> hearth_core::kv::KeyRange {
+    use hearth_core::kv::KeyRange;
+    let first = b"ab"[rng.below(2) as usize];
+    match rng.below(6) {
+        0..=2 => KeyRange::prefix(b"a"),
+        3 => KeyRange::prefix(&[first, rng.below(3) as u8]),
+        4 => KeyRange {
+            start: vec![first, 1],
+            end: None,
+        },
+        _ => KeyRange {
+            start: vec![b'a', 1],
+            end: Some(vec![b'b', 2]),
+        },
+    }
+}
+
+/// Index scans kept in memory (asked again, they make no request) agree with a plain
+/// connection's under writes begun and finished in random order: some refused, some
+/// deleting documents or a range, some of documents written before the memo was on (their
+/// old index keys unknown to it).
+#[wasm_bindgen_test]
+async fn kept_scans_agree_with_indexeddb_under_overlapping_writes() {
+    let (seed, mut rng) = seeded("kept_scans_agree_with_indexeddb_under_overlapping_writes");
+    let s = fresh("t-memo-kept").await;
+    let before: Vec<WriteOp> = (0..12).map(|i| scanned_doc(&mut rng, i)).collect();
+    s.write(before).await.unwrap();
+    s.keep_in_memory();
+    let plain = IdbStore::open("t-memo-kept").await.unwrap();
+    let mut in_flight = Vec::new();
+    for step in 0..400u32 {
+        match rng.below(10) {
+            0..=2 => {
+                let ops = random_ops(&mut rng);
+                let w = s.begin_write(&[Store::Documents, Store::Remote], ops).await;
+                // Half of them are waited for at once: kept scans then live long enough
+                // to be asked again.
+                match w {
+                    Ok(w) if rng.below(2) == 0 => drop(w.done().await),
+                    w => in_flight.push(w),
+                }
+            }
+            3..=4 if !in_flight.is_empty() => finish_one(&mut rng, &mut in_flight).await,
+            _ => {
+                let range = scanned_range(&mut rng);
+                let reverse = rng.below(4) == 0;
+                let limit = [1, 3, 8, usize::MAX][rng.below(4) as usize];
+                let (a, b) = (s.read().await.unwrap(), plain.read().await.unwrap());
+                let scans = join(
+                    a.scan(Table::Index, &range, reverse, limit),
+                    b.scan(Table::Index, &range, reverse, limit),
+                );
+                if rng.below(3) == 0 {
+                    // A write begins while the scans' requests are out. What they answer is
+                    // not compared (a read whose transaction ended moves to a new one, which
+                    // sees the write), but no read made after the write began may be
+                    // given it.
+                    let ops = random_ops(&mut rng);
+                    let write = s.begin_write(&[Store::Documents, Store::Remote], ops);
+                    let ((got, want), w) = join(scans, write).await;
+                    got.unwrap();
+                    want.unwrap();
+                    in_flight.push(w);
+                    continue;
+                }
+                let (got, want) = scans.await;
+                let (got, want) = (got.unwrap(), want.unwrap());
+                let at = format!("seed {seed:#x}, step {step}, {range:?} {reverse} {limit}");
+                assert_eq!(got, want, "{at}");
+                let names: Vec<Vec<u8>> = got.iter().map(|(_, d)| d.clone()).collect();
+                let got = a.get_many(Table::Documents, &names).await.unwrap();
+                let want = b.get_many(Table::Documents, &names).await.unwrap();
+                assert_eq!(got, want, "documents of the scan, {at}");
+            }
+        }
+    }
+    finish_all(in_flight).await;
+    plain.close();
+    s.close();
+    IdbStore::delete("t-memo-kept").await.unwrap();
+}
+
+/// Whether the remembering connection's scan of `range` (the first one kept, a repeat then
+/// answered from memory) equals a plain connection's.
+async fn scans_agree(s: &IdbStore, plain: &IdbStore, range: &hearth_core::kv::KeyRange, at: &str) {
+    let want = plain.read().await.unwrap();
+    let want = want
+        .scan(Table::Index, range, false, usize::MAX)
+        .await
+        .unwrap();
+    for pass in ["first", "again"] {
+        let got = s.read().await.unwrap();
+        let got = got
+            .scan(Table::Index, range, false, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(got, want, "{at}, {pass}");
+    }
+}
+
+/// Kept scans follow the documents the memo holds: one moving into a kept range, one moving
+/// out, and one moving out and back in with both writes in flight.
+#[wasm_bindgen_test]
+async fn kept_scans_follow_documents_moving_between_ranges() {
+    let (s, plain) = remembering_and_plain("t-memo-moves").await;
+    let a = hearth_core::kv::KeyRange::prefix(b"a");
+    s.write(vec![
+        doc(b"d1", b"1", &[b"ad1"]),
+        doc(b"d2", b"1", &[b"bd2"]),
+    ])
+    .await
+    .unwrap();
+    scans_agree(&s, &plain, &a, "at first").await;
+    s.write(vec![doc(b"d2", b"2", &[b"ad2"])]).await.unwrap();
+    scans_agree(&s, &plain, &a, "d2 moved into the range").await;
+    s.write(vec![doc(b"d1", b"2", &[b"bd1"])]).await.unwrap();
+    scans_agree(&s, &plain, &a, "d1 moved out of it").await;
+    // A write of d2 in flight while the range is kept again, then another write of it.
+    let scope = [Store::Documents, Store::Remote];
+    let first = s.begin_write(&scope, vec![Ok(doc(b"d2", b"3", &[b"bd2"]))]);
+    let first = first.await.unwrap();
+    scans_agree(
+        &s,
+        &plain,
+        &a,
+        "while a write of d2 out of the range is in flight",
+    )
+    .await;
+    let second = s.begin_write(&scope, vec![Ok(doc(b"d2", b"4", &[b"ad2", b"cd2"]))]);
+    let second = second.await.unwrap();
+    scans_agree(&s, &plain, &a, "while d2 moves back in").await;
+    first.done().await.unwrap();
+    second.done().await.unwrap();
+    scans_agree(&s, &plain, &a, "both writes done").await;
+    plain.close();
+    s.close();
+    IdbStore::delete("t-memo-moves").await.unwrap();
 }

@@ -34,6 +34,8 @@ use hearth_core::document::Document;
 use hearth_core::encoding::document::decode_document;
 
 use super::ops::{Store, WriteOp};
+use super::scans::{ScanRow, Scans};
+use hearth_core::kv::KeyRange;
 
 /// Bytes the memo may hold: about 11,000 documents of 150 bytes with 8 index keys.
 pub const MEMO_BUDGET: usize = 8 << 20;
@@ -100,14 +102,18 @@ pub(super) struct Memo {
     entries: HashMap<Vec<u8>, Entry>,
     /// Keys in the order they were put, with the stamp of that put (stale ones are skipped).
     order: VecDeque<(Vec<u8>, u64)>,
-    /// The newest write of each document whose transaction has not finished.
-    writing: HashMap<Vec<u8>, u64>,
+    /// The newest write of each document whose transaction has not finished, with every
+    /// index key the document may have in IndexedDB meanwhile (whichever of the writes
+    /// commit), if known.
+    writing: HashMap<Vec<u8>, (u64, Option<Vec<Vec<u8>>>)>,
     /// Bytes held, counted as in [`MEMO_BUDGET`].
     bytes: usize,
     /// The next put's stamp.
     stamp: u64,
     /// Scans to make the usual way before trying the memo again, after one missed.
     scan_rest: u32,
+    /// `entries` scans answered whole (`scans.rs`).
+    scans: Scans,
 }
 
 struct Entry {
@@ -159,18 +165,79 @@ impl Memo {
                 key: super::ops::Key::Bytes(key),
                 ..
             } => (key, None),
-            WriteOp::Delete { .. } | WriteOp::Put { .. } => return,
+            WriteOp::Delete { .. } | WriteOp::Put { .. } => {
+                self.scans.clear();
+                return;
+            }
             WriteOp::DeleteRange { .. } => {
                 self.entries.clear();
                 self.order.clear();
                 self.bytes = 0;
                 self.barrier = generation;
+                self.scans.clear();
                 return;
             }
         };
+        let may_have = self.drop_scans_of(&key, value.as_ref());
         self.remove(&key);
-        self.writing.insert(key.clone(), generation);
+        self.writing.insert(key.clone(), (generation, may_have));
         touched.push((key, value));
+    }
+
+    /// A write of the document at `key` (becoming `new`) is made: the kept scans that could
+    /// show it go, all of them when the index keys it may have now are not known here. The
+    /// keys it may have once the write is made: those and the new ones.
+    fn drop_scans_of(&mut self, key: &[u8], new: Option<&Remembered>) -> Option<Vec<Vec<u8>>> {
+        let known = match self.writing.get(key) {
+            Some((_, may_have)) => may_have.as_ref(),
+            None => self
+                .entries
+                .get(key)
+                .and_then(|e| e.doc.index_keys.as_ref()),
+        };
+        let Some(old) = known else {
+            self.scans.clear();
+            return None;
+        };
+        let new = new
+            .and_then(|d| d.index_keys.as_deref())
+            .unwrap_or_default();
+        self.scans.changed(old.iter().chain(new).map(Vec::as_slice));
+        let mut may_have = old.clone();
+        may_have.extend(new.iter().cloned());
+        may_have.sort_unstable();
+        may_have.dedup();
+        Some(may_have)
+    }
+
+    /// The first `limit` rows of the `entries` scan of `range`, if kept for a read of
+    /// `generation`.
+    pub fn scan(
+        &self,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+        generation: u64,
+    ) -> Option<Vec<ScanRow>> {
+        if !self.on {
+            return None;
+        }
+        self.scans.get(range, reverse, limit, generation)
+    }
+
+    /// A read of `generation` scanned `range` with `limit` and found `rows`: kept if no
+    /// write began since the read was made.
+    pub fn scanned(
+        &mut self,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+        rows: Vec<ScanRow>,
+        generation: u64,
+    ) {
+        if self.may_put(generation) {
+            self.scans.put(range, reverse, limit, rows, generation);
+        }
     }
 
     /// Write `generation` is over: `ok` if it committed. Its documents come back unless a
@@ -178,7 +245,7 @@ impl Memo {
     /// (taken first, it clears the document's mark, so the earlier one is skipped).
     pub fn finish_write(&mut self, generation: u64, touched: Touched, ok: bool) {
         for (key, value) in touched.into_iter().rev() {
-            if self.writing.get(&key) != Some(&generation) {
+            if self.writing.get(&key).map(|w| w.0) != Some(generation) {
                 continue;
             }
             self.writing.remove(&key);

@@ -72,6 +72,7 @@ mod js;
 mod memo;
 mod ops;
 mod read;
+mod scans;
 
 use hearth_core::error::ErrorCode;
 use std::cell::{Cell, RefCell};

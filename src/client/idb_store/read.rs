@@ -85,13 +85,13 @@ impl Source {
     }
 }
 
-/// How many records from `entries` scans one read keeps for later gets (a count over a
 /// From how many keys `get_many_raw` tries one range scan instead of a get per key.
 const DENSE_FROM: usize = 256;
 
 /// Most records per key asked that the range of such a scan may hold.
 const DENSE_SPREAD: usize = 4;
 
+/// How many records from `entries` scans one read keeps for later gets (a count over a
 /// large range scans entries without fetching their documents).
 const PREFETCH_CAP: usize = 4096;
 
@@ -394,8 +394,9 @@ impl IdbRead {
         })
     }
 
-    /// Keys and raw values of a scan. For `entries`, the keys are index keys and each record
-    /// is kept by its document key in `prefetched`.
+    /// Keys and raw values of a scan. For `entries`, the keys are index keys, and the rows
+    /// come from the memo's kept scans when it has this one (`scans.rs`), else from
+    /// IndexedDB, each record then kept by its document key in `prefetched`.
     async fn scan_source(
         &self,
         source: Source,
@@ -406,6 +407,40 @@ impl IdbRead {
         if limit == 0 || range.is_empty() {
             return Ok(Vec::new());
         }
+        if source != Source::Entries {
+            return self.scan_indexeddb(source, range, reverse, limit).await;
+        }
+        let generation = self.generation.get();
+        let kept = self
+            .memo()
+            .and_then(|m| m.scan(range, reverse, limit, generation));
+        if let Some(rows) = kept {
+            return Ok(rows
+                .into_iter()
+                .map(|(entry, doc)| (entry, JsValue::UNDEFINED, doc))
+                .collect());
+        }
+        let rows = self.scan_indexeddb(source, range, reverse, limit).await?;
+        // Kept when every row names its document (the memo then also checks that no write
+        // began since this read's transaction was made).
+        if let Some(mut memo) = self.memo().filter(|_| rows.iter().all(|r| !r.2.is_empty())) {
+            let kept = rows
+                .iter()
+                .map(|(e, _, d)| (e.clone(), d.clone()))
+                .collect();
+            memo.scanned(range, reverse, limit, kept, self.generation.get());
+        }
+        Ok(rows)
+    }
+
+    /// [`IdbRead::scan_source`] from IndexedDB.
+    async fn scan_indexeddb(
+        &self,
+        source: Source,
+        range: &KeyRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Scanned>, JsValue> {
         let count = u32::try_from(limit).unwrap_or(u32::MAX);
         let direction = if reverse {
             IdbCursorDirection::Prev
