@@ -239,23 +239,7 @@ async fn index_scans_from_memory_agree_with_indexeddb() {
     let s = fresh("t-memo-scan").await;
     // Index keys end with their document's key, so each belongs to one document; a few
     // prefixes make ranges that hold several entries of one document.
-    let random_doc = |rng: &mut Rng, i: u64| {
-        let key = format!("d{i:02}").into_bytes();
-        let index_keys: Vec<Vec<u8>> = (0..rng.below(4))
-            .map(|_| {
-                let mut k = vec![b"abc"[rng.below(3) as usize], rng.below(4) as u8];
-                k.extend_from_slice(&key);
-                k
-            })
-            .collect();
-        let value = format!("v{}", rng.next() % 1000).into_bytes();
-        WriteOp::PutDocument {
-            key,
-            value,
-            index_keys,
-            used: 0.0,
-        }
-    };
+    let random_doc = |rng: &mut Rng, i: u64| random_indexed_doc(rng, i, b"abc", 4);
     let before: Vec<WriteOp> = (0..20).map(|i| random_doc(&mut rng, i)).collect();
     s.write(before).await.unwrap();
     s.keep_in_memory();
@@ -321,13 +305,14 @@ async fn index_scans_from_memory_agree_with_indexeddb() {
     IdbStore::delete("t-memo-scan").await.unwrap();
 }
 
-/// A random document of `d{i:02}` for the kept-scans test: up to three index keys, each one
-/// of a few prefixes followed by the document's key.
-fn scanned_doc(rng: &mut Rng, i: u64) -> WriteOp {
+/// A random document `d{i:02}`: up to three index keys, each a byte of `firsts`, a byte
+/// below `seconds`, then the document's key.
+fn random_indexed_doc(rng: &mut Rng, i: u64, firsts: &[u8], seconds: u64) -> WriteOp {
     let key = format!("d{i:02}").into_bytes();
     let index_keys = (0..rng.below(4))
         .map(|_| {
-            let mut k = vec![b"ab"[rng.below(2) as usize], rng.below(3) as u8];
+            let first = firsts[rng.below(firsts.len() as u64) as usize];
+            let mut k = vec![first, rng.below(seconds) as u8];
             k.extend_from_slice(&key);
             k
         })
@@ -339,6 +324,11 @@ fn scanned_doc(rng: &mut Rng, i: u64) -> WriteOp {
         index_keys,
         used: 0.0,
     }
+}
+
+/// A document of the kept-scans test.
+fn scanned_doc(rng: &mut Rng, i: u64) -> WriteOp {
+    random_indexed_doc(rng, i, b"ab", 3)
 }
 
 /// A random batch of the kept-scans test: a document put, and at random a request

@@ -61,8 +61,8 @@ async function main() {
   err(`bench-browser: userAgent ${meta.userAgent}; crossOriginIsolated=${meta.crossOriginIsolated}`);
 
   // 6. Cold start: new pages in the same profile, rotating the three kinds. A first visit
-  // empties the HTTP cache before its page loads, so the package is downloaded and compiled;
-  // a returning page gets it from the cache (the server answers 304, as hearth-relay
+  // loads nothing from the HTTP cache, so the package is downloaded and compiled; a
+  // returning page gets it from the cache (the server answers 304, as hearth-relay
   // --static-dir does).
   const samples = { first: [], returning: [], raw: [] };
   const kinds = ['first', 'returning', 'raw'];

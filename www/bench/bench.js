@@ -596,7 +596,7 @@ export function coldMeasurement(hs, rs, name = 'cold_start_init_open_first_query
   const pick = (xs, k) => xs.map((x) => x[k]);
   const visit = name === 'cold_start_returning_page'
     ? 'a returning page: the package from the HTTP cache (the server answers 304)'
-    : 'a first visit: the HTTP cache emptied, the package downloaded';
+    : 'a first visit: nothing from the HTTP cache, the package downloaded';
   return measurement(name, 'ms (median)',
     { value: stats(pick(hs, 'total')).median, detail: { ms: stats(pick(hs, 'total')), first_ms: round(hs[0].total),
       init_ms: stats(pick(hs, 'init')), open_ms: stats(pick(hs, 'open')), query_ms: stats(pick(hs, 'query')) } },
