@@ -83,8 +83,9 @@ pub struct Engine {
     pub name: String,
     /// The local view, the write queue and the sync bookkeeping, in IndexedDB.
     pub store: IdbStore,
-    /// The index definitions the local view is indexed by (replaced when the relay's differ).
-    pub catalog: RefCell<IndexCatalog>,
+    /// The index definitions the local view is indexed by (replaced when the relay's differ;
+    /// a read takes the current ones without copying them).
+    pub catalog: RefCell<Rc<IndexCatalog>>,
     /// This browser profile's id towards the relay (stored, shared by its tabs and workers):
     /// the relay recognises retried batches by it.
     pub client_id: String,
@@ -193,7 +194,7 @@ impl Engine {
         let engine = Rc::new(Engine {
             name: name.to_owned(),
             store,
-            catalog: RefCell::new(catalog),
+            catalog: RefCell::new(Rc::new(catalog)),
             client_id,
             synced,
             writes: RefCell::new(WriteQueue::new(queue, batch_tag)),

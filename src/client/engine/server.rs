@@ -30,7 +30,7 @@ impl Engine {
         let _g = self.lock.lock().await;
         let catalog = IndexCatalog::from_file(&file);
         reindex(&self.store, &catalog).await?;
-        *self.catalog.borrow_mut() = catalog;
+        *self.catalog.borrow_mut() = Rc::new(catalog);
         Ok(())
     }
 
