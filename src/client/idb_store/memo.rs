@@ -28,14 +28,14 @@
 //!
 //! [`IdbStore::keep_in_memory`]: super::IdbStore::keep_in_memory
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use hearth_core::document::Document;
 use hearth_core::encoding::document::decode_document;
 
+use super::fifo::Fifo;
 use super::ops::{Store, WriteOp};
-use super::scans::{ScanRow, Scans};
-use hearth_core::kv::KeyRange;
+use super::scans::Scans;
 
 /// Bytes the memo may hold: about 11,000 documents of 150 bytes with 8 index keys.
 pub const MEMO_BUDGET: usize = 8 << 20;
@@ -100,16 +100,14 @@ pub(super) struct Memo {
     /// back, no read begun before it either.
     barrier: u64,
     entries: HashMap<Vec<u8>, Entry>,
-    /// Keys in the order they were put, with the stamp of that put (stale ones are skipped).
-    order: VecDeque<(Vec<u8>, u64)>,
+    /// Keys in the order they were put (stale ones are skipped).
+    order: Fifo<Vec<u8>>,
     /// The newest write of each document whose transaction has not finished, with every
     /// index key the document may have in IndexedDB meanwhile (whichever of the writes
     /// commit), if known.
     writing: HashMap<Vec<u8>, (u64, Option<Vec<Vec<u8>>>)>,
     /// Bytes held, counted as in [`MEMO_BUDGET`].
     bytes: usize,
-    /// The next put's stamp.
-    stamp: u64,
     /// Scans to make the usual way before trying the memo again, after one missed.
     scan_rest: u32,
     /// `entries` scans answered whole (`scans.rs`).
@@ -210,34 +208,15 @@ impl Memo {
         Some(may_have)
     }
 
-    /// The first `limit` rows of the `entries` scan of `range`, if kept for a read of
-    /// `generation`.
-    pub fn scan(
-        &self,
-        range: &KeyRange,
-        reverse: bool,
-        limit: usize,
-        generation: u64,
-    ) -> Option<Vec<ScanRow>> {
-        if !self.on {
-            return None;
-        }
-        self.scans.get(range, reverse, limit, generation)
+    /// The kept `entries` scans, while the memo is on.
+    pub fn scans(&self) -> Option<&Scans> {
+        self.on.then_some(&self.scans)
     }
 
-    /// A read of `generation` scanned `range` with `limit` and found `rows`: kept if no
-    /// write began since the read was made.
-    pub fn scanned(
-        &mut self,
-        range: &KeyRange,
-        reverse: bool,
-        limit: usize,
-        rows: Vec<ScanRow>,
-        generation: u64,
-    ) {
-        if self.may_put(generation) {
-            self.scans.put(range, reverse, limit, rows, generation);
-        }
+    /// The kept scans, to keep what a read of `generation` scanned: only if no write began
+    /// since the read was made.
+    pub fn scans_to_keep(&mut self, generation: u64) -> Option<&mut Scans> {
+        self.may_put(generation).then_some(&mut self.scans)
     }
 
     /// Write `generation` is over: `ok` if it committed. Its documents come back unless a
@@ -284,9 +263,7 @@ impl Memo {
         // A document a query reads goes to the back of the line: what grows the memo here
         // must not push out what the same queries read next (they would miss, and read
         // IndexedDB the usual way for the next few scans).
-        self.stamp += 1;
-        entry.stamp = self.stamp;
-        self.order.push_back((key.to_vec(), self.stamp));
+        entry.stamp = self.order.push(key.to_vec());
         self.evict();
         Some(doc)
     }
@@ -336,15 +313,14 @@ impl Memo {
         if size > MEMO_BUDGET / 16 {
             return;
         }
-        self.stamp += 1;
         self.bytes += size;
-        self.order.push_back((key.clone(), self.stamp));
+        let stamp = self.order.push(key.clone());
         self.entries.insert(
             key,
             Entry {
                 doc,
                 generation,
-                stamp: self.stamp,
+                stamp,
             },
         );
         self.evict();
@@ -353,18 +329,19 @@ impl Memo {
     /// Drops the oldest entries until the memo is within its budget.
     fn evict(&mut self) {
         while self.bytes > MEMO_BUDGET {
-            let Some((oldest, stamp)) = self.order.pop_front() else {
+            let entries = &self.entries;
+            let Some(oldest) = self
+                .order
+                .pop(|k, stamp| entries.get(k).is_some_and(|e| e.stamp == stamp))
+            else {
                 break;
             };
-            if self.entries.get(&oldest).is_some_and(|e| e.stamp == stamp) {
-                self.remove(&oldest);
-            }
+            self.remove(&oldest);
         }
-        if self.order.len() > 2 * self.entries.len() + 64 {
-            let entries = &self.entries;
-            self.order
-                .retain(|(k, s)| entries.get(k).is_some_and(|e| e.stamp == *s));
-        }
+        let entries = &self.entries;
+        self.order.compact(entries.len(), 64, |k, stamp| {
+            entries.get(k).is_some_and(|e| e.stamp == stamp)
+        });
     }
 
     fn remove(&mut self, key: &[u8]) {

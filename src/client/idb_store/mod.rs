@@ -68,6 +68,7 @@
 //! `idb` dependency enables) are used.
 
 mod events;
+mod fifo;
 mod js;
 mod memo;
 mod ops;

@@ -413,7 +413,7 @@ impl IdbRead {
         let generation = self.generation.get();
         let kept = self
             .memo()
-            .and_then(|m| m.scan(range, reverse, limit, generation));
+            .and_then(|m| m.scans()?.get(range, reverse, limit, generation));
         if let Some(rows) = kept {
             return Ok(rows
                 .into_iter()
@@ -421,14 +421,14 @@ impl IdbRead {
                 .collect());
         }
         let rows = self.scan_indexeddb(source, range, reverse, limit).await?;
-        // Kept when every row names its document (the memo then also checks that no write
-        // began since this read's transaction was made).
-        if let Some(mut memo) = self.memo().filter(|_| rows.iter().all(|r| !r.2.is_empty())) {
-            let kept = rows
-                .iter()
-                .map(|(e, _, d)| (e.clone(), d.clone()))
-                .collect();
-            memo.scanned(range, reverse, limit, kept, self.generation.get());
+        // Kept when no write began since this read's transaction was made, and every row
+        // names its document.
+        let generation = self.generation.get();
+        let mut memo = self.memo();
+        let scans = memo.as_mut().and_then(|m| m.scans_to_keep(generation));
+        if let Some(scans) = scans.filter(|_| rows.iter().all(|r| !r.2.is_empty())) {
+            let kept = rows.iter().map(|(e, _, d)| (e.clone(), d.clone()));
+            scans.put(range, reverse, limit, kept.collect(), generation);
         }
         Ok(rows)
     }

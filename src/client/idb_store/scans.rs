@@ -16,9 +16,11 @@
 //!
 //! At most [`MAX_SCANS`] scans and [`SCAN_BUDGET`] bytes are kept, first in, first out.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use hearth_core::kv::KeyRange;
+
+use super::fifo::Fifo;
 
 /// Most scans kept.
 const MAX_SCANS: usize = 128;
@@ -51,9 +53,8 @@ struct Kept {
 #[derive(Default)]
 pub(super) struct Scans {
     kept: HashMap<ScanKey, Kept>,
-    order: VecDeque<(ScanKey, u64)>,
+    order: Fifo<ScanKey>,
     bytes: usize,
-    stamp: u64,
 }
 
 fn scan_key(range: &KeyRange, reverse: bool) -> ScanKey {
@@ -97,9 +98,8 @@ impl Scans {
         if bytes > SCAN_BUDGET / 4 {
             return;
         }
-        self.stamp += 1;
         self.bytes += bytes;
-        self.order.push_back((key.clone(), self.stamp));
+        let stamp = self.order.push(key.clone());
         let whole = rows.len() < limit;
         self.kept.insert(
             key,
@@ -107,23 +107,23 @@ impl Scans {
                 rows,
                 whole,
                 generation,
-                stamp: self.stamp,
+                stamp,
                 bytes,
             },
         );
+        let current = |kept: &HashMap<ScanKey, Kept>, k: &ScanKey, stamp: u64| {
+            kept.get(k).is_some_and(|x| x.stamp == stamp)
+        };
         while self.bytes > SCAN_BUDGET || self.kept.len() > MAX_SCANS {
-            let Some((oldest, stamp)) = self.order.pop_front() else {
+            let kept = &self.kept;
+            let Some(oldest) = self.order.pop(|k, s| current(kept, k, s)) else {
                 break;
             };
-            if self.kept.get(&oldest).is_some_and(|k| k.stamp == stamp) {
-                self.remove(&oldest);
-            }
+            self.remove(&oldest);
         }
-        if self.order.len() > 2 * self.kept.len() + 16 {
-            let kept = &self.kept;
-            self.order
-                .retain(|(k, s)| kept.get(k).is_some_and(|x| x.stamp == *s));
-        }
+        let kept = &self.kept;
+        self.order
+            .compact(kept.len(), 16, |k, s| current(kept, k, s));
     }
 
     /// A write changes a document whose index keys were and become `keys`: the scans whose
@@ -146,10 +146,9 @@ impl Scans {
 
     /// Drops every scan.
     pub fn clear(&mut self) {
-        *self = Scans {
-            stamp: self.stamp,
-            ..Scans::default()
-        };
+        self.kept.clear();
+        self.order.clear();
+        self.bytes = 0;
     }
 
     fn remove(&mut self, key: &ScanKey) {
