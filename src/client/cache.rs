@@ -222,7 +222,9 @@ pub fn victims(
     target: u64,
 ) -> (Vec<Vec<u8>>, u64) {
     let mut total: u64 = usage.iter().map(|u| u.1).sum();
-    usage.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+    hearth_core::sort::sort_by(&mut usage, |a, b| {
+        a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0))
+    });
     let mut out = Vec::new();
     for (key, size, _) in usage {
         if total <= target {

@@ -20,4 +20,5 @@ pub mod mutation;
 pub mod path;
 pub mod protocol;
 pub mod query;
+pub mod sort;
 pub mod value;

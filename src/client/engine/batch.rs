@@ -42,7 +42,7 @@ pub struct Batch {
 impl Batch {
     /// The documents the batch writes.
     pub(super) fn names(&self) -> BTreeSet<DocumentName> {
-        self.mutations.iter().map(|m| m.name.clone()).collect()
+        hearth_core::sort::set_of(self.mutations.iter().map(|m| m.name.clone()))
     }
 
     /// The stored form (a value of the `mutations` store): the number of mutations, then

@@ -146,7 +146,7 @@ fn metadata_changes(
             Some((i, change))
         })
         .collect();
-    found.sort_by_key(|(i, _)| *i);
+    hearth_core::sort::sort_by_key(&mut found, |(i, _)| *i);
     found.into_iter().map(|(_, c)| c).collect()
 }
 
@@ -541,10 +541,11 @@ impl Registry {
             Watched::Query(view) => view.contains(n),
             Watched::Document(name, doc) => name == n && doc.is_some(),
         };
-        candidates
-            .filter(|n| shown(n) && !synced.contains(*n) && !pending.contains(*n))
-            .cloned()
-            .collect()
+        hearth_core::sort::set_of(
+            candidates
+                .filter(|n| shown(n) && !synced.contains(*n) && !pending.contains(*n))
+                .cloned(),
+        )
     }
 
     /// What changed views since the last call (see `view_changes`).

@@ -79,7 +79,7 @@ impl WriteQueue {
     /// The queue of the stored `batches` (every one durable), ids going on after the last
     /// under `tag`.
     pub(super) fn new(mut batches: Vec<Batch>, tag: u8) -> WriteQueue {
-        batches.sort_by_key(|b| b.id);
+        hearth_core::sort::sort_by_key(&mut batches, |b| b.id);
         let mut queue = WriteQueue {
             seq: batches.last().map_or(0, |b| b.id),
             durable: batches.iter().map(|b| b.id).collect(),
@@ -218,7 +218,7 @@ impl WriteQueue {
     /// The queue another context stored (`stored`, every batch durable): replaces this one's;
     /// returns whether it holds batches this one did not.
     pub(super) fn replace(&mut self, mut stored: Vec<Batch>) -> bool {
-        stored.sort_by_key(|b| b.id);
+        hearth_core::sort::sort_by_key(&mut stored, |b| b.id);
         let new: Vec<u64> = (stored.iter())
             .filter(|b| self.get(b.id).is_none())
             .map(|b| b.id)

@@ -203,7 +203,7 @@ impl Memo {
         self.scans.changed(old.iter().chain(new).map(Vec::as_slice));
         let mut may_have = old.clone();
         may_have.extend(new.iter().cloned());
-        may_have.sort_unstable();
+        hearth_core::sort::sort(&mut may_have);
         may_have.dedup();
         Some(may_have)
     }

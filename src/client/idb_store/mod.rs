@@ -368,7 +368,7 @@ impl IdbStore {
             return Ok(());
         }
         let mut scope: Vec<Store> = ops.iter().map(WriteOp::store).collect();
-        scope.sort();
+        hearth_core::sort::sort(&mut scope);
         scope.dedup();
         self.write_iter(&scope, ops.into_iter().map(Ok)).await
     }
@@ -438,7 +438,7 @@ impl IdbStore {
         durability: Durability,
     ) -> Result<WriteInFlight, ClientError> {
         let mut scope = scope.to_vec();
-        scope.sort();
+        hearth_core::sort::sort(&mut scope);
         scope.dedup();
         let generation = self.inner.memo.borrow_mut().begin_write();
         let tx = self.write_tx(&scope, durability, WRITING)?;

@@ -624,7 +624,7 @@ fn remembered_rows(
         let key = js::to_bytes(&key);
         let keys = memo.visible(&key, generation)?.index_keys.as_ref()?;
         let mut in_range: Vec<&Vec<u8>> = keys.iter().filter(|k| range.contains(k)).collect();
-        in_range.sort_unstable();
+        hearth_core::sort::sort(&mut in_range);
         if reverse {
             in_range.reverse();
         }

@@ -181,11 +181,8 @@ pub fn read_aggregations(m: &JsValue, key: &str) -> Result<Vec<Aggregation>, Cli
 
 /// Values as one document's fields (`"0"`, `"1"`, ...).
 pub fn values(vs: Vec<Value>) -> Vec<u8> {
-    let fields: Map = vs
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| (i.to_string(), v))
-        .collect();
+    let fields: Map =
+        hearth_core::sort::map_of(vs.into_iter().enumerate().map(|(i, v)| (i.to_string(), v)));
     let doc = Document {
         name: DocumentName::parse("values/v").expect("a valid name"),
         fields: std::sync::Arc::new(fields),
@@ -385,24 +382,23 @@ pub fn read_changes(m: &JsValue) -> Result<Vec<DocChange>, ClientError> {
 /// fields: each name maps to a list of `{ p: field path, b: value before }` (no `b` when
 /// the field had none). `None` when there are none.
 pub fn timestamps(entries: &[(DocumentName, Vec<PendingTimestamp>)]) -> Option<Vec<u8>> {
-    let fields: Map = entries
-        .iter()
-        .filter(|(_, ts)| !ts.is_empty())
-        .map(|(name, ts)| {
-            let list = ts
-                .iter()
-                .map(|(path, before)| {
-                    let mut entry = Map::new();
-                    entry.insert("p".into(), Value::String(path.to_string()));
-                    if let Some(b) = before {
-                        entry.insert("b".into(), b.clone());
-                    }
-                    Value::Map(entry)
-                })
-                .collect();
-            (name.to_string(), Value::Array(list))
-        })
-        .collect();
+    let fields: Map =
+        hearth_core::sort::map_of(entries.iter().filter(|(_, ts)| !ts.is_empty()).map(
+            |(name, ts)| {
+                let list = ts
+                    .iter()
+                    .map(|(path, before)| {
+                        let mut entry = Map::new();
+                        entry.insert("p".into(), Value::String(path.to_string()));
+                        if let Some(b) = before {
+                            entry.insert("b".into(), b.clone());
+                        }
+                        Value::Map(entry)
+                    })
+                    .collect();
+                (name.to_string(), Value::Array(list))
+            },
+        ));
     if fields.is_empty() {
         return None;
     }

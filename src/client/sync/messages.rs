@@ -90,13 +90,11 @@ impl Sync {
                         let candidates = before.iter().chain(changed.iter());
                         engine.unsynced_among(t.listener, candidates, &t.docs, &pending)
                     }
-                    _ => (engine.unsynced(t.listener, &t.docs, &pending))
-                        .into_iter()
-                        .collect(),
+                    _ => hearth_core::sort::set_of(engine.unsynced(t.listener, &t.docs, &pending)),
                 };
                 checked.insert(*id, stale);
             }
-            checked.values().flatten().cloned().collect()
+            hearth_core::sort::set_of(checked.values().flatten().cloned())
         };
         let unneeded: Vec<u32> = self
             .limbo

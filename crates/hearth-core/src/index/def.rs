@@ -229,7 +229,7 @@ impl IndexCatalog {
 
     pub fn from_file(file: &IndexFile) -> IndexCatalog {
         let mut composites: Vec<IndexDef> = file.indexes.iter().map(IndexDef::from_spec).collect();
-        composites.sort_by_key(IndexDef::canonical);
+        crate::sort::sort_by_key(&mut composites, IndexDef::canonical);
         composites.dedup();
         let mut overrides: HashMap<String, Vec<FieldOverrideSpec>> = HashMap::new();
         for o in &file.field_overrides {

@@ -154,11 +154,12 @@ pub fn distinct_in_order(items: Vec<Value>) -> Vec<Value> {
 
 /// Every index entry of `doc` under `catalog`.
 pub fn document_entries(catalog: &IndexCatalog, doc: &Document) -> BTreeSet<Vec<u8>> {
-    catalog
-        .indexes_for(doc)
-        .iter()
-        .flat_map(|def| index_entries(def, doc))
-        .collect()
+    crate::sort::set_of(
+        catalog
+            .indexes_for(doc)
+            .iter()
+            .flat_map(|def| index_entries(def, doc)),
+    )
 }
 
 /// The index entries a document change removes and adds.

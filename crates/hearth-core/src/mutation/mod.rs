@@ -133,7 +133,7 @@ impl Mutation {
             .iter()
             .chain(self.transforms.iter().map(|(p, _)| p))
             .collect();
-        sentinels.sort();
+        crate::sort::sort(&mut sentinels);
         sentinels
     }
 

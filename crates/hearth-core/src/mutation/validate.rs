@@ -173,7 +173,7 @@ fn check_update(m: &Mutation, fields: &[(FieldPath, Option<Value>)]) -> Result<(
     let by_path: HashMap<&[String], (&FieldPath, &Option<Value>)> =
         fields.iter().map(|(p, v)| (p.segments(), (p, v))).collect();
     let mut sorted: Vec<&FieldPath> = fields.iter().map(|(p, _)| p).collect();
-    sorted.sort();
+    crate::sort::sort(&mut sorted);
     for (t, _) in &m.transforms {
         for prefix in prefixes(t) {
             let Some((path, value)) = by_path.get(prefix) else {
@@ -231,7 +231,7 @@ fn conflicts_in_value(value: &Value, rest: &[String]) -> bool {
 /// overlapping pair exists exactly when an adjacent pair overlaps.
 fn overlap<'a>(paths: impl Iterator<Item = &'a FieldPath>) -> Option<String> {
     let mut sorted: Vec<&FieldPath> = paths.collect();
-    sorted.sort();
+    crate::sort::sort(&mut sorted);
     sorted.windows(2).find_map(|w| {
         if w[0] == w[1] {
             Some(format!("field `{}` is written twice", w[0]))

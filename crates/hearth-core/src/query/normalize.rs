@@ -15,11 +15,12 @@ pub fn inequality_fields(q: &Query) -> BTreeSet<FieldPath> {
     q.filter
         .as_ref()
         .map(|f| {
-            f.field_filters()
-                .into_iter()
-                .filter(|ff| ff.op.is_inequality())
-                .map(|ff| ff.field.clone())
-                .collect()
+            crate::sort::set_of(
+                f.field_filters()
+                    .into_iter()
+                    .filter(|ff| ff.op.is_inequality())
+                    .map(|ff| ff.field.clone()),
+            )
         })
         .unwrap_or_default()
 }
@@ -32,7 +33,7 @@ pub fn inequality_fields(q: &Query) -> BTreeSet<FieldPath> {
 pub fn normalized_order(q: &Query) -> Vec<OrderBy> {
     let mut order = q.order_by.clone();
     let implicit_dir = order.last().map_or(Direction::Ascending, |o| o.dir);
-    let explicit: BTreeSet<&FieldPath> = q.order_by.iter().map(|o| &o.field).collect();
+    let explicit: BTreeSet<&FieldPath> = crate::sort::set_of(q.order_by.iter().map(|o| &o.field));
     for f in inequality_fields(q) {
         if !f.is_document_id() && !explicit.contains(&f) {
             order.push(OrderBy {

@@ -209,7 +209,7 @@ impl Ranked {
         let n = entries.len();
         set.root = build(&mut entries.into_iter(), n);
         let mut priorities: Vec<u64> = (0..n).map(|_| set.next_priority()).collect();
-        priorities.sort_unstable_by(|a, b| b.cmp(a));
+        crate::sort::sort_by(&mut priorities, |a, b| b.cmp(a));
         let mut queue = std::collections::VecDeque::new();
         // Every node is new and held once: make_mut copies nothing.
         if let Some(r) = set.root.as_mut() {

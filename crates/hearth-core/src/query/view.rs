@@ -113,7 +113,7 @@ impl View {
             .map(|d| (self.matcher.sort_key(&d), d))
             .collect();
         if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            crate::sort::sort_by(&mut entries, |a, b| a.0.cmp(&b.0));
             entries.dedup_by(|a, b| a.0 == b.0);
         }
         self.keys = entries
@@ -256,7 +256,7 @@ impl View {
                 .iter()
                 .filter_map(|(name, m)| m.new.as_ref().map(|(k, _)| (&k[..], *name)))
                 .collect();
-            new_keys.sort_unstable();
+            crate::sort::sort(&mut new_keys);
             let mut cut: Vec<&DocumentName> = Vec::new();
             let (mut i, mut j) = (0, 0);
             for _ in 0..size - n {
@@ -312,9 +312,9 @@ impl View {
                 (None, None) => {}
             }
         }
-        removals.sort_unstable();
-        additions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        modifications.sort_unstable_by(|a, b| a.1.cmp(&b.1));
+        crate::sort::sort(&mut removals);
+        crate::sort::sort_by(&mut additions, |a, b| a.0.cmp(&b.0));
+        crate::sort::sort_by(&mut modifications, |a, b| a.1.cmp(&b.1));
         let mut changes = Vec::with_capacity(removals.len() + additions.len());
         for key in removals {
             if let Some((old_index, doc)) = self.docs.remove(&key) {

@@ -174,8 +174,7 @@ impl<'a> Reader<'a> {
             let v = self.value(depth)?;
             entries.push((key, v));
         }
-        // Sorted input lets the map be built in bulk, without per-key searches.
-        Ok(entries.into_iter().collect())
+        Ok(crate::sort::map_of(entries))
     }
 
     /// `depth` is the number of arrays and maps enclosing this value.

@@ -25,7 +25,7 @@ impl Planner<'_> {
                 })
                 .collect();
             // The shared suffix must have one layout: same name scope and directions.
-            parts.sort_by_key(|(_, p)| std::cmp::Reverse(*p));
+            crate::sort::sort_by_key(&mut parts, |(_, p)| std::cmp::Reverse(*p));
             let mut chosen: Vec<(IndexDef, usize)> = Vec::new();
             let mut covered: Vec<FieldPath> = Vec::new();
             let needed = conj.eqs.len() + conj.contains.len();
