@@ -176,7 +176,7 @@ pub fn map_to_js(m: &Map) -> JsValue {
             }
             Object::define_property(&o, &key, &desc);
         } else {
-            Reflect::set(&o, &key, &value).expect("setting a key of a fresh object");
+            super::js::set_fresh(&o, &key, &value);
         }
     }
     o.into()

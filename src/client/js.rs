@@ -9,6 +9,27 @@ use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
 use hearth_core::value::Value;
+use wasm_bindgen::prelude::wasm_bindgen;
+
+#[wasm_bindgen]
+extern "C" {
+    /// A plain object seen as one whose properties are assigned directly.
+    #[wasm_bindgen(extends = Object)]
+    type Assignable;
+
+    /// `this[key] = value`, with no exception handling around it (`Reflect.set` goes through
+    /// wasm-bindgen's `catch` wrapper on every call, a cost per property of each document
+    /// converted).
+    #[wasm_bindgen(method, structural, indexing_setter)]
+    fn assign(this: &Assignable, key: &JsValue, value: &JsValue);
+}
+
+/// Sets `key` of the fresh plain object `o` (made by this crate, not frozen, no accessor of
+/// its own) to `value`. An assignment calls an inherited `__proto__` setter, so the callers
+/// never pass that key here.
+pub(crate) fn set_fresh(o: &Object, key: &JsValue, value: &JsValue) {
+    o.unchecked_ref::<Assignable>().assign(key, value);
+}
 
 /// `Number.MAX_SAFE_INTEGER`: 2^53 − 1.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
@@ -108,7 +129,7 @@ pub(crate) fn js_error_text(e: &JsValue) -> String {
 pub(crate) fn json_object(entries: &[(&str, JsValue)]) -> Object {
     let o = Object::new();
     for (k, v) in entries {
-        Reflect::set(&o, &JsValue::from_str(k), v).expect("setting a key of a fresh object");
+        set_fresh(&o, &JsValue::from_str(k), v);
     }
     o
 }

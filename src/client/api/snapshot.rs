@@ -325,12 +325,12 @@ impl QuerySnapshot {
                     ChangeType::Modified => "modified",
                     ChangeType::Removed => "removed",
                 };
-                let _ = Reflect::set(&o, &"type".into(), &t.into());
-                let snap = self.snapshot(&c.doc, pending(c));
-                let _ = Reflect::set(&o, &"doc".into(), &JsValue::from(snap));
+                let set = |k: &str, v: &JsValue| crate::client::js::set_fresh(&o, &k.into(), v);
+                set("type", &t.into());
+                set("doc", &JsValue::from(self.snapshot(&c.doc, pending(c))));
                 let idx = |i: Option<usize>| i.map_or(-1.0, |i| i as f64);
-                let _ = Reflect::set(&o, &"oldIndex".into(), &idx(c.old_index).into());
-                let _ = Reflect::set(&o, &"newIndex".into(), &idx(c.new_index).into());
+                set("oldIndex", &idx(c.old_index).into());
+                set("newIndex", &idx(c.new_index).into());
                 JsValue::from(o)
             })
             .collect()

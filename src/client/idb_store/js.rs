@@ -208,8 +208,7 @@ pub(super) fn has_get_all_records() -> bool {
 pub(super) fn object(fields: &[(&str, &JsValue)]) -> Object {
     let o = Object::new();
     for (k, v) in fields {
-        // Setting a property of a fresh plain object cannot fail.
-        let _ = Reflect::set(&o, &JsValue::from_str(k), v);
+        crate::client::js::set_fresh(&o, &JsValue::from_str(k), v);
     }
     o
 }
