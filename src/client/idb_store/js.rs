@@ -208,7 +208,8 @@ pub(super) fn has_get_all_records() -> bool {
 pub(super) fn object(fields: &[(&str, &JsValue)]) -> Object {
     let o = Object::new();
     for (k, v) in fields {
-        crate::client::js::set_fresh(&o, &JsValue::from_str(k), v);
+        // The few property names of records and options, each made once as a JS string.
+        crate::client::js::set_fresh(&o, &crate::client::js::interned(k), v);
     }
     o
 }
