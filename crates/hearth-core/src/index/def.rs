@@ -11,6 +11,7 @@
 //! automatic single-field field keeps one ordered index for both `ASCENDING` and
 //! `DESCENDING`: half the entries Firestore writes, with the same queries served.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -27,6 +28,35 @@ use crate::value::{Map, Value};
 
 /// Length of an index id in key bytes.
 pub const INDEX_ID_LEN: usize = 8;
+
+/// Most ids [`id_of`] keeps per thread before it starts again.
+const IDS_KEPT: usize = 4096;
+
+thread_local! {
+    /// Ids computed on this thread, by definition (with its id zeroed). Every document
+    /// write makes the definitions of its fields again, and every query plan its
+    /// candidates': the same few definitions, each id a SHA-256 of the definition's text.
+    static IDS: RefCell<HashMap<IndexDef, [u8; INDEX_ID_LEN]>> = RefCell::new(HashMap::new());
+}
+
+/// The id of `def` (whose own id is still zero): the first bytes of the SHA-256 of its
+/// canonical text, remembered per thread.
+fn id_of(def: &IndexDef) -> [u8; INDEX_ID_LEN] {
+    if let Some(id) = IDS.with(|ids| ids.borrow().get(def).copied()) {
+        return id;
+    }
+    let digest = Sha256::digest(def.canonical().as_bytes());
+    let mut id = [0; INDEX_ID_LEN];
+    id.copy_from_slice(&digest[..INDEX_ID_LEN]);
+    IDS.with(|ids| {
+        let mut ids = ids.borrow_mut();
+        if ids.len() >= IDS_KEPT {
+            ids.clear();
+        }
+        ids.insert(def.clone(), id);
+    });
+    id
+}
 
 /// One index: which documents it covers and how its entries are ordered.
 ///
@@ -80,8 +110,7 @@ impl IndexDef {
             name_dir,
             id: [0; INDEX_ID_LEN],
         };
-        let digest = Sha256::digest(def.canonical().as_bytes());
-        def.id.copy_from_slice(&digest[..INDEX_ID_LEN]);
+        def.id = id_of(&def);
         def
     }
 

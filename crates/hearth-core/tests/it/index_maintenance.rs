@@ -503,3 +503,39 @@ fn added_missing_indexes_read_back_from_their_file() {
         document_entries(&reread, &doc)
     );
 }
+
+/// The id a definition must have: the first bytes of the SHA-256 of its canonical text.
+fn digest_id(def: &IndexDef) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(def.canonical().as_bytes())[..hearth_core::index::def::INDEX_ID_LEN].to_vec()
+}
+
+proptest! {
+    /// Ids are remembered per thread (`IndexDef::new`); whether a definition was made
+    /// before, or so many others were made since that the memory started again, its id is
+    /// the digest of its text.
+    #[test]
+    fn remembered_index_ids_are_the_digest_of_the_definition(
+        picks in vec((0usize..3, 0usize..2, subsequence(vec!["a", "b.c", "d", "__name__"], 0..=3), 0usize..3), 1..40),
+        others in select(vec![0usize, 10, 4100]),
+    ) {
+        let make = |(g, s, fields, m): &(usize, usize, Vec<&str>, usize)| {
+            let scope = [QueryScope::Collection, QueryScope::CollectionGroup][*s];
+            let mode = [FieldMode::Ascending, FieldMode::Descending, FieldMode::ArrayContains][*m];
+            let fields = fields.iter().map(|f| (field(f), mode)).collect();
+            IndexDef::new(["items", "users", "c"][*g], scope, fields)
+        };
+        for p in &picks {
+            let def = make(p);
+            prop_assert_eq!(def.id().to_vec(), digest_id(&def));
+        }
+        for i in 0..others {
+            let def = IndexDef::new(&format!("g{i}"), QueryScope::Collection, vec![(field("x"), FieldMode::Ascending)]);
+            prop_assert_eq!(def.id().to_vec(), digest_id(&def));
+        }
+        for p in picks.iter().rev() {
+            let def = make(p);
+            prop_assert_eq!(def.id().to_vec(), digest_id(&def));
+        }
+    }
+}
