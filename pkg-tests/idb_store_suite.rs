@@ -411,7 +411,7 @@ async fn a_read_begun_after_a_write_sees_it() {
 }
 
 /// Polls two futures together (no `futures` crate on this side).
-async fn futures_join<A: std::future::Future, B: std::future::Future>(
+pub(crate) async fn futures_join<A: std::future::Future, B: std::future::Future>(
     a: A,
     b: B,
 ) -> (A::Output, B::Output) {

@@ -2,16 +2,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use js_sys::Array;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{
-    IdbCursorDirection, IdbCursorWithValue, IdbIndex, IdbKeyRange, IdbObjectStore, IdbTransaction,
-};
+use web_sys::{IdbCursorDirection, IdbCursorWithValue, IdbIndex, IdbKeyRange, IdbObjectStore};
 
 use super::events::RequestEvents;
 use super::memo::Remembered;
-use super::{js, IdbStore, Store};
+use super::{js, IdbStore, Store, TxCell};
 use crate::client::error::ClientError;
 use hearth_core::document::Document;
 use hearth_core::encoding::document::decode_document;
@@ -60,9 +59,10 @@ pub enum ScanMethod {
 pub struct IdbRead {
     /// The store it reads: fresh transactions, and its error messages.
     store: IdbStore,
-    /// The read-only transaction requests go through; replaced by a fresh one when it went
-    /// inactive (IndexedDB ends a transaction that has no request pending).
-    tx: RefCell<IdbTransaction>,
+    /// The read-only transaction requests go through, made by the first request of the
+    /// reads that share it (`shared_read`); replaced by a fresh one when it went inactive
+    /// (IndexedDB ends a transaction that has no request pending).
+    tx: RefCell<TxCell>,
     /// Document key → record, from `entries` scans.
     prefetched: RefCell<HashMap<Vec<u8>, JsValue>>,
     /// The store's memo generation when `tx` was made: the memo entries `tx` may see.
@@ -109,7 +109,7 @@ fn on_source<R>(
 }
 
 impl IdbRead {
-    pub(super) fn new(store: IdbStore, tx: IdbTransaction, generation: u64) -> IdbRead {
+    pub(super) fn new(store: IdbStore, tx: TxCell, generation: u64) -> IdbRead {
         IdbRead {
             store,
             tx: RefCell::new(tx),
@@ -155,14 +155,26 @@ impl IdbRead {
         store: Store,
         make: impl Fn(&IdbObjectStore) -> Result<R, JsValue>,
     ) -> Result<R, JsValue> {
-        let held = self.tx.borrow().clone();
+        let cell = self.tx.borrow().clone();
+        let held = cell.borrow().clone();
+        let held = match held {
+            Some(tx) => tx,
+            None => {
+                // The first request of the reads sharing `cell`. No write transaction was
+                // made since they began (it would have made this one first), so this one
+                // sees what a transaction made when they began would have seen.
+                let tx = self.store.read_tx()?;
+                *cell.borrow_mut() = Some(tx.clone());
+                tx
+            }
+        };
         match held.object_store(store.name()).and_then(|s| make(&s)) {
             Err(e) if js::is_inactive(&e) => {}
             made => return made,
         }
         let tx = self.store.read_tx()?;
         let made = tx.object_store(store.name()).and_then(|s| make(&s))?;
-        *self.tx.borrow_mut() = tx;
+        *self.tx.borrow_mut() = Rc::new(RefCell::new(Some(tx)));
         self.generation
             .set(self.store.inner.memo.borrow().generation());
         Ok(made)
