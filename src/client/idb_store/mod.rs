@@ -118,13 +118,13 @@ struct Inner {
     has_get_all_records: bool,
     /// How [`IdbRead`] scans (a benchmark knob; [`ScanMethod::Auto`] otherwise).
     scan_method: Cell<ScanMethod>,
-    /// The read transaction of the reads begun in the current task since the last write
-    /// transaction was made: they share it (a page that starts two thousand listeners at
-    /// once makes one transaction, not two thousand). It is made by the first request one
-    /// of them makes, so reads the memo answers make none (making one costs about 0.3 ms
-    /// in Chromium). Forgotten when the task ends or a write transaction is made, so a read
-    /// begun after a write sees it; a read that finds it gone inactive takes a fresh one
-    /// ([`IdbRead`]).
+    /// The read transaction of the reads begun since the last write transaction was made:
+    /// they share it (a page that starts two thousand listeners at once makes one
+    /// transaction, not two thousand). It is made by the first request one of them makes,
+    /// so reads the memo answers make none (making one costs about 0.3 ms in Chromium).
+    /// Forgotten when the task that made it ends ([`IdbStore::share_until_task_end`]) or a
+    /// write transaction is made, so a read begun after a write sees it; a read that finds
+    /// it gone inactive takes a fresh one ([`IdbRead`]).
     shared_read: RefCell<Option<(TxCell, u64)>>,
     /// The read transactions of reads begun before now that no request has made yet. A
     /// write transaction makes them first ([`IdbStore::make_promised_reads`]), so each is
@@ -356,15 +356,6 @@ impl IdbStore {
                 let mut unmade = self.inner.unmade.borrow_mut();
                 unmade.retain(|w| w.upgrade().is_some_and(|c| c.borrow().is_none()));
                 unmade.push(Rc::downgrade(&tx));
-                drop(unmade);
-                let inner = Rc::downgrade(&self.inner);
-                wasm_bindgen_futures::spawn_local(async move {
-                    // A timer's callback runs in a later task.
-                    crate::client::js::sleep(0.0).await;
-                    if let Some(inner) = inner.upgrade() {
-                        inner.shared_read.borrow_mut().take();
-                    }
-                });
                 (tx, generation)
             }
         };
@@ -614,6 +605,30 @@ impl IdbStore {
                 js::transaction_with_options(&self.inner.db, &names, "readwrite", &options)
             })
             .map_err(|e| self.error(what, &e))
+    }
+
+    /// Reads begun after the current task stop sharing `made`, a read transaction just made
+    /// (it ends with the task that made it, when no request is pending). Until one is made,
+    /// reads of later tasks share the same unmade one: nothing was written meanwhile (a
+    /// write transaction forgets it), so the transaction its first request makes suits them
+    /// all. No timer is set for reads the memo answers.
+    pub(super) fn share_until_task_end(&self, made: &TxCell) {
+        let inner = Rc::downgrade(&self.inner);
+        let made = Rc::downgrade(made);
+        wasm_bindgen_futures::spawn_local(async move {
+            // A timer's callback runs in a later task.
+            crate::client::js::sleep(0.0).await;
+            let (Some(inner), Some(made)) = (inner.upgrade(), made.upgrade()) else {
+                return;
+            };
+            let mut shared = inner.shared_read.borrow_mut();
+            if shared
+                .as_ref()
+                .is_some_and(|(cell, _)| Rc::ptr_eq(cell, &made))
+            {
+                shared.take();
+            }
+        });
     }
 
     /// Makes the read transactions that reads begun before now still wait for (`unmade`):

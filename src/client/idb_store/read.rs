@@ -165,6 +165,7 @@ impl IdbRead {
                 // sees what a transaction made when they began would have seen.
                 let tx = self.store.read_tx()?;
                 *cell.borrow_mut() = Some(tx.clone());
+                self.store.share_until_task_end(&cell);
                 tx
             }
         };
