@@ -221,37 +221,3 @@ async fn bench_writes_and_short_scans() {
     s.close();
     IdbStore::delete("t-bench").await.unwrap();
 }
-
-/// A read's transaction is made by its first request, but a write made meanwhile makes it
-/// first: a read begun before a write, asking only after the write's requests were made,
-/// sees the state before the write, as a transaction made when it began would.
-#[wasm_bindgen_test]
-async fn a_read_begun_before_a_write_asks_after_it_and_sees_the_state_before() {
-    use hearth::client::idb_store::Store;
-    let s = fresh("t-before-write").await;
-    s.write(vec![suite::doc(b"a", b"1", &[])]).await.unwrap();
-    let before = s.read().await.unwrap();
-    let w = s
-        .begin_write(&[Store::Documents], [Ok(suite::doc(b"a", b"2", &[]))])
-        .await
-        .unwrap();
-    let after = s.read().await.unwrap();
-    let (x, y) = suite::futures_join(
-        before.get(Table::Documents, b"a"),
-        after.get(Table::Documents, b"a"),
-    )
-    .await;
-    assert_eq!(
-        x.unwrap(),
-        Some(b"1".to_vec()),
-        "the read begun before the write"
-    );
-    assert_eq!(
-        y.unwrap(),
-        Some(b"2".to_vec()),
-        "the read begun after the write"
-    );
-    w.done().await.unwrap();
-    s.close();
-    IdbStore::delete("t-before-write").await.unwrap();
-}

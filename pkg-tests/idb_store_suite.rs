@@ -381,37 +381,31 @@ async fn held_read_survives_unrelated_awaits() {
     IdbStore::delete("t-held").await.unwrap();
 }
 
-/// Reads begun in one task share one read transaction, but none begun after a write's
-/// requests were made shares the one made before it: such a read sees the write (a
-/// transaction begun before a write would not).
+/// Reads share one read transaction, but none begun after a write's requests were made
+/// shares the one made before it: such a read sees the write. A read begun before the write
+/// does not, though its transaction is made by its first request, made after the write's.
 #[wasm_bindgen_test]
 async fn a_read_begun_after_a_write_sees_it() {
     let s = fresh("t-shared").await;
     s.write(vec![doc(b"a", b"1", &[])]).await.unwrap();
     let before = s.read().await.unwrap();
-    let w = s
-        .begin_write(&[Store::Documents], [Ok(doc(b"b", b"2", &[]))])
-        .await
-        .unwrap();
+    let writes = [Ok(doc(b"a", b"2", &[])), Ok(doc(b"b", b"2", &[]))];
+    let w = s.begin_write(&[Store::Documents], writes).await.unwrap();
     let after = s.read().await.unwrap();
     let (x, y) = futures_join(
         before.get(Table::Documents, b"a"),
         after.get(Table::Documents, b"b"),
     )
     .await;
-    assert_eq!(x.unwrap(), Some(b"1".to_vec()));
-    assert_eq!(
-        y.unwrap(),
-        Some(b"2".to_vec()),
-        "the read begun after the write"
-    );
+    assert_eq!(x.unwrap(), Some(b"1".to_vec()), "the read begun before");
+    assert_eq!(y.unwrap(), Some(b"2".to_vec()), "the read begun after");
     w.done().await.unwrap();
     s.close();
     IdbStore::delete("t-shared").await.unwrap();
 }
 
 /// Polls two futures together (no `futures` crate on this side).
-pub(crate) async fn futures_join<A: std::future::Future, B: std::future::Future>(
+async fn futures_join<A: std::future::Future, B: std::future::Future>(
     a: A,
     b: B,
 ) -> (A::Output, B::Output) {
